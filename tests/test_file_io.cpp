@@ -66,7 +66,8 @@ TEST(FileIo, MissingFileErrorNamesPath) {
 
 TEST(FileIo, GlobIsSorted) {
   TempDir dir;
-  for (const char* n : {"c.bin", "a.bin", "b.bin", "x.txt"}) write_file_atomic(dir.path() + "/" + n, "");
+  for (const char* n : {"c.bin", "a.bin", "b.bin", "x.txt"})
+    write_file_atomic(dir.path() + "/" + n, "");
   auto files = glob_sorted(dir.path() + "/*.bin");
   ASSERT_EQ(files.size(), 3u);
   EXPECT_EQ(files[0], dir.path() + "/a.bin");

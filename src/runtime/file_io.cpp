@@ -47,7 +47,7 @@ std::string read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw SystemError("cannot open", path, errno);
   std::string out;
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) out.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
   for (;;) {
@@ -120,7 +120,7 @@ void AtomicFileWriter::commit() {
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw SystemError("cannot open", path, errno);
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
@@ -143,7 +143,9 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   ::close(fd);
 }
 
-MappedFile::~MappedFile() { release(); }
+MappedFile::~MappedFile() {
+  release();
+}
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
@@ -170,7 +172,7 @@ void MappedFile::release() {
 }
 
 bool file_exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
 

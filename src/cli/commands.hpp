@@ -1,0 +1,15 @@
+// Each subcommand lives in its own file and registers itself on the root CLI::App.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace nanogpt::cli {
+
+void register_tokenizer(CLI::App& app);
+void register_encode(CLI::App& app);
+void register_decode(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_info(CLI::App& app);
+
+}  // namespace nanogpt::cli

@@ -1,0 +1,104 @@
+#include "runtime/thread_pool.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include "runtime/error.hpp"
+
+namespace nanogpt {
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads < 1) threads = 1;
+  for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run_tasks(int worker) {
+  for (;;) {
+    size_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= job_tasks_ || failed_.load(std::memory_order_relaxed)) return;
+    try {
+      (*job_)(task, worker);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+      failed_ = true;
+    }
+  }
+}
+
+void ThreadPool::worker_loop(int worker) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+    }
+    run_tasks(worker);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--busy_workers_ == 0) done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(size_t tasks,
+                              const std::function<void(size_t task, int worker)>& fn) {
+  if (tasks == 0) return;
+  if (workers_.empty() || tasks == 1) {
+    for (size_t t = 0; t < tasks; ++t) fn(t, 0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    job_tasks_ = tasks;
+    next_task_ = 0;
+    failed_ = false;
+    error_ = nullptr;
+    busy_workers_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  wake_.notify_all();
+  run_tasks(0);
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return busy_workers_ == 0; });
+    job_ = nullptr;
+    error = error_;
+    error_ = nullptr;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+int ThreadPool::default_threads() {
+  if (const char* env = std::getenv("NANOGPT_THREADS")) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    if (end == env || *end != '\0' || n < 1 || n > 4096) {
+      throw InputError(std::string("NANOGPT_THREADS='") + env +
+                       "' is not a thread count; set it to a whole number from 1 to 4096");
+    }
+    return static_cast<int>(n);
+  }
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+ThreadPool& ThreadPool::global() {
+  static ThreadPool pool(default_threads());
+  return pool;
+}
+
+}  // namespace nanogpt

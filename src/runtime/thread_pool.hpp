@@ -1,0 +1,53 @@
+// A persistent pool of worker threads: threads are created once and parked between jobs, so
+// a parallel loop costs a wake-up, not a thread creation.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace nanogpt {
+
+class ThreadPool {
+ public:
+  // `threads` counts the calling thread, which works too; 1 means no workers.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn(task, worker) for every task in [0, tasks), handing tasks out one at a time so
+  // threads that finish early take more. Blocks until all are done; rethrows the first
+  // exception a task threw (the remaining tasks are skipped).
+  void parallel_for(size_t tasks, const std::function<void(size_t task, int worker)>& fn);
+
+  // Shared pool sized by NANOGPT_THREADS, or the number of hardware threads.
+  static ThreadPool& global();
+  static int default_threads();
+
+ private:
+  void worker_loop(int worker);
+  void run_tasks(int worker);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;
+  bool stopping_ = false;
+  int busy_workers_ = 0;
+  const std::function<void(size_t, int)>* job_ = nullptr;
+  size_t job_tasks_ = 0;
+  std::atomic<size_t> next_task_{0};
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+};
+
+}  // namespace nanogpt
