@@ -32,3 +32,30 @@ inline std::string source_path(const std::string& relative) {
 }
 
 }  // namespace nanogpt
+
+#include <sys/wait.h>
+
+#include "runtime/file_io.hpp"
+
+namespace nanogpt {
+
+struct CommandResult {
+  int exit_code;
+  std::string out, err;
+};
+
+// Runs the built `nanogpt` binary with `args` (shell words) and `input` on stdin.
+inline CommandResult run_nanogpt(const std::string& args, const std::string& input = "") {
+  TempDir dir;
+  write_file_atomic(dir.path() + "/in", input);
+  std::string cmd = std::string(NANOGPT_BINARY) + " " + args + " <" + dir.path() + "/in >" +
+                    dir.path() + "/out 2>" + dir.path() + "/err";
+  int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  r.out = read_file(dir.path() + "/out");
+  r.err = read_file(dir.path() + "/err");
+  return r;
+}
+
+}  // namespace nanogpt

@@ -1,13 +1,69 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.hpp"
 #include "runtime/error.hpp"
+
+namespace {
+
+std::string join_names(const CLI::App& app) {
+  std::string out;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    out += (out.empty() ? "" : ", ") + sub->get_name();
+  }
+  return out;
+}
+
+std::string join_options(const CLI::App& app) {
+  std::string out;
+  for (const CLI::Option* opt : app.get_options()) {
+    std::string name = opt->get_name(false, true);
+    if (name.empty()) continue;
+    out += (out.empty() ? "" : ", ") + name;
+  }
+  return out;
+}
+
+// CLI11 reports a missing subcommand before an unknown one; find the unknown word first so
+// the message names it.
+const CLI::App* find_unknown_subcommand(const CLI::App& root, int argc, char** argv,
+                                        std::string* word) {
+  const CLI::App* cur = &root;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-') continue;
+    auto subs = cur->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return nullptr;
+    const CLI::App* next = nullptr;
+    for (const CLI::App* s : subs) {
+      if (s->get_name() == arg) next = s;
+    }
+    if (next == nullptr) {
+      *word = arg;
+      return cur;
+    }
+    cur = next;
+  }
+  return nullptr;
+}
+
+const CLI::App* deepest_parsed(const CLI::App& root) {
+  const CLI::App* cur = &root;
+  for (;;) {
+    auto subs = cur->get_subcommands();
+    if (subs.empty()) return cur;
+    cur = subs.front();
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "nanogpt: pre-train GPT language models with the NanoGPT-speedrun recipe.\n"
       "Run `nanogpt SUBCOMMAND --help` for the flags of each subcommand."};
+  app.name("nanogpt");
   app.set_version_flag("--version", std::string(NANOGPT_VERSION) + " (" NANOGPT_GIT_REVISION ")");
   app.require_subcommand(1);
   nanogpt::cli::register_tokenizer(app);
@@ -16,10 +72,28 @@ int main(int argc, char** argv) {
   nanogpt::cli::register_tokenize(app);
   nanogpt::cli::register_bench(app);
   nanogpt::cli::register_info(app);
+
+  std::string unknown;
+  if (const CLI::App* where = find_unknown_subcommand(app, argc, argv, &unknown)) {
+    std::fprintf(stderr, "nanogpt: error: unknown subcommand '%s'%s%s; valid subcommands: %s\n",
+                 unknown.c_str(), where == &app ? "" : " for ",
+                 where == &app ? "" : where->get_name().c_str(), join_names(*where).c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    int code = app.exit(e);
+    if (code != 0) {
+      const CLI::App* cur = deepest_parsed(app);
+      std::string subs = join_names(*cur);
+      if (!subs.empty() && cur->get_subcommands().empty()) {
+        std::fprintf(stderr, "valid subcommands: %s\n", subs.c_str());
+      }
+      std::fprintf(stderr, "valid options for '%s': %s\n", cur->get_name().c_str(),
+                   join_options(*cur).c_str());
+    }
+    return code;
   } catch (const nanogpt::Error& e) {
     std::fprintf(stderr, "nanogpt: error: %s\n", e.what());
     return 1;

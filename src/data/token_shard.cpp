@@ -7,7 +7,10 @@
 namespace nanogpt {
 
 std::span<const uint16_t> shard_tokens(const MappedFile& file) {
-  const std::string& path = file.path();
+  return shard_tokens(file.bytes(), file.path());
+}
+
+std::span<const uint16_t> shard_tokens(std::span<const uint8_t> file, const std::string& path) {
   if (file.size() < kShardHeaderBytes) {
     throw InputError("token shard '" + path + "' is " + std::to_string(file.size()) +
                      " bytes, shorter than the 1024-byte header; the file is truncated or not "
@@ -35,7 +38,7 @@ std::span<const uint16_t> shard_tokens(const MappedFile& file) {
                      " bytes but its header promises " + std::to_string(count) + " tokens (" +
                      std::to_string(expected) + " bytes); the file is truncated or corrupt");
   }
-  // The mapping is page-aligned and the header is 1024 bytes, so the tokens are aligned.
+  // A mapping is page-aligned and the header is 1024 bytes, so the tokens are aligned.
   return {reinterpret_cast<const uint16_t*>(file.data() + kShardHeaderBytes), count};
 }
 

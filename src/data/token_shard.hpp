@@ -25,6 +25,8 @@ inline constexpr uint64_t kShardMaxVocab = 65536;  // uint16 tokens
 // Checks magic, version and that the file size matches the header's token count; returns the
 // tokens in place. Throws InputError naming the file otherwise.
 std::span<const uint16_t> shard_tokens(const MappedFile& file);
+// The same over bytes already in memory; `bytes` must be 2-byte aligned.
+std::span<const uint16_t> shard_tokens(std::span<const uint8_t> bytes, const std::string& path);
 
 // Writes a sequence of shards DIR/PREFIX_000000.bin, PREFIX_000001.bin, ... each holding
 // `tokens_per_shard` tokens (the last one fewer), each written atomically.

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, then build with warnings as errors and run every test; build
+# again with AddressSanitizer + UndefinedBehaviorSanitizer and run every test; build the
+# libFuzzer targets and run each briefly; check formatting.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh build-ci -DNANOGPT_WERROR=ON
+(cd build-ci && ctest --output-on-failure -j "$(nproc)")
+
+scripts/setup.sh build-asan -DNANOGPT_WERROR=ON -DNANOGPT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS="-O1"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j "$(nproc)")
+
+# Fuzz targets: built with clang's libFuzzer; a short run each keeps them working.
+cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DNANOGPT_FUZZ=ON -DNANOGPT_TESTS=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz -j "$(nproc)"
+for target in build-fuzz/fuzz_*; do
+  [ -x "$target" ] || continue
+  echo "fuzzing $(basename "$target") for 15 s"
+  corpus=$(mktemp -d)
+  "$target" -max_total_time=15 -rss_limit_mb=2048 -print_final_stats=0 "$corpus" 2>&1 | tail -n 2
+  rm -rf "$corpus"
+done
+
+# Style: every C++ file as .clang-format says.
+mapfile -t sources < <(git ls-files '*.cpp' '*.hpp')
+clang-format --dry-run -Werror "${sources[@]}"
+echo "clang-format: ${#sources[@]} files clean"

