@@ -96,6 +96,22 @@ int ThreadPool::default_threads() {
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
 
+namespace {
+thread_local ThreadPool* g_current_override = nullptr;
+}
+
+ThreadPool& ThreadPool::current() {
+  return g_current_override != nullptr ? *g_current_override : global();
+}
+
+ThreadPool::Use::Use(ThreadPool& pool) : previous_(g_current_override) {
+  g_current_override = &pool;
+}
+
+ThreadPool::Use::~Use() {
+  g_current_override = previous_;
+}
+
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool(default_threads());
   return pool;

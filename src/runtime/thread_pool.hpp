@@ -31,6 +31,19 @@ class ThreadPool {
   // Shared pool sized by NANOGPT_THREADS, or the number of hardware threads.
   static ThreadPool& global();
   static int default_threads();
+  // The pool kernels run on: the global one unless a Use scope on this thread says otherwise
+  // (tests use it to prove results do not depend on the thread count).
+  static ThreadPool& current();
+  class Use {
+   public:
+    explicit Use(ThreadPool& pool);
+    ~Use();
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    ThreadPool* previous_;
+  };
 
  private:
   void worker_loop(int worker);
