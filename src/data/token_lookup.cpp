@@ -5,7 +5,12 @@
 namespace nanogpt {
 
 void TokenIdTable::build(const std::vector<std::string>& tokens, uint32_t count) {
-  tokens_ = &tokens;
+  arena_.clear();
+  offsets_.assign(1, 0);
+  for (uint32_t id = 0; id < count; ++id) {
+    arena_ += tokens[id];
+    offsets_.push_back(static_cast<uint32_t>(arena_.size()));
+  }
   size_t capacity = std::bit_ceil(static_cast<size_t>(count) * 2 + 16);
   slots_.assign(capacity, kNoToken);
   uint64_t mask = capacity - 1;

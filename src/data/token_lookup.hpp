@@ -33,8 +33,8 @@ inline uint64_t hash_bytes(const char* p, size_t n) {
   return h ^ (h >> 32);
 }
 
-// Maps byte strings to ids; the strings themselves live in the caller's token table, so a
-// slot is just an id.
+// Maps byte strings to ids. The table keeps its own copy of the strings in one arena (so it
+// stays valid when its owner moves, and probes touch contiguous memory).
 class TokenIdTable {
  public:
   void build(const std::vector<std::string>& tokens, uint32_t count);
@@ -43,15 +43,16 @@ class TokenIdTable {
     for (uint64_t i = hash_bytes(bytes.data(), bytes.size()) & mask;; i = (i + 1) & mask) {
       uint32_t id = slots_[i];
       if (id == kNoToken) return kNoToken;
-      const std::string& t = (*tokens_)[id];
-      if (t.size() == bytes.size() && std::memcmp(t.data(), bytes.data(), bytes.size()) == 0) {
+      const uint32_t begin = offsets_[id], length = offsets_[id + 1] - begin;
+      if (length == bytes.size() && std::memcmp(arena_.data() + begin, bytes.data(), length) == 0) {
         return id;
       }
     }
   }
 
  private:
-  const std::vector<std::string>* tokens_ = nullptr;
+  std::string arena_;              // all token bytes, concatenated
+  std::vector<uint32_t> offsets_;  // token id -> start in arena_ (one extra at the end)
   std::vector<uint32_t> slots_;
 };
 
