@@ -6,6 +6,7 @@
 #include <random>
 
 #include "kernels/gemm.hpp"
+#include "kernels/gemm/microkernel.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
@@ -20,8 +21,8 @@ std::vector<float> random_matrix(size_t n, std::mt19937& rng) {
 
 // fp32 accumulation over K terms of magnitude <= 1: relative (to the row norm) error bound
 // ~ K·eps; we allow 4·sqrt(K)·eps·K-scale slack, far below any indexing bug's error.
-void check_against_reference(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
-                             float beta, uint32_t seed) {
+void check_against_reference(const MicroKernel& kernel, Trans ta, Trans tb, int64_t M, int64_t N,
+                             int64_t K, float alpha, float beta, uint32_t seed) {
   std::mt19937 rng(seed);
   int64_t lda = (ta == Trans::kNo ? K : M) + 3;  // padded leading dimensions
   int64_t ldb = (tb == Trans::kNo ? N : K) + 5;
@@ -37,7 +38,7 @@ void check_against_reference(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K
         got[static_cast<size_t>(i * ldc + j)] = std::numeric_limits<float>::quiet_NaN();
     }
   }
-  gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+  gemm_with(kernel, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
   gemm_reference(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
   const double tol = 1e-6 * std::max<int64_t>(K, 1) + 1e-6;
   for (int64_t i = 0; i < M; ++i) {
@@ -48,26 +49,30 @@ void check_against_reference(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K
         continue;
       }
       ASSERT_NEAR(got[idx], want[idx], tol * (1 + std::abs(want[idx])))
-          << "M=" << M << " N=" << N << " K=" << K << " at " << i << "," << j;
+          << kernel.isa << " M=" << M << " N=" << N << " K=" << K << " at " << i << "," << j;
     }
   }
 }
 
-TEST(Gemm, MatchesReferenceOnAwkwardShapes) {
+TEST(Gemm, EveryIsaMatchesReferenceOnAwkwardShapes) {
   uint32_t seed = 1;
-  for (Trans ta : {Trans::kNo, Trans::kYes}) {
-    for (Trans tb : {Trans::kNo, Trans::kYes}) {
-      for (int64_t M : {1, 7, 97, 130}) {
-        for (int64_t N : {1, 17, 129}) {
-          for (int64_t K : {1, 5, 300}) {
-            check_against_reference(ta, tb, M, N, K, 1.0f, 0.0f, seed++);
+  for (const MicroKernel& kernel : available_microkernels()) {
+    for (Trans ta : {Trans::kNo, Trans::kYes}) {
+      for (Trans tb : {Trans::kNo, Trans::kYes}) {
+        for (int64_t M : {1, 7, 97, 130}) {
+          for (int64_t N : {1, 17, 129}) {
+            for (int64_t K : {1, 5, 300}) {
+              check_against_reference(kernel, ta, tb, M, N, K, 1.0f, 0.0f, seed++);
+            }
           }
         }
+        check_against_reference(kernel, ta, tb, 200, 600, 513, 0.5f, 1.0f,
+                                seed++);  // accumulate-into
+        check_against_reference(kernel, ta, tb, 33, 44, 55, -2.0f, 0.25f, seed++);
       }
-      check_against_reference(ta, tb, 200, 600, 513, 0.5f, 1.0f, seed++);  // accumulate-into
-      check_against_reference(ta, tb, 33, 44, 55, -2.0f, 0.25f, seed++);
     }
   }
+  EXPECT_GE(available_microkernels().size(), 1u);
 }
 
 TEST(Gemm, BitwiseIdenticalAcrossThreadCounts) {

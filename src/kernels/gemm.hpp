@@ -3,8 +3,9 @@
 //   forward        Y  = X·Wᵀ      gemm(kNo,  kYes, T, out, in, 1, X, in,  W, in,  0, Y,  out)
 //   input grad     dX = dY·W      gemm(kNo,  kNo,  T, in, out, 1, dY, out, W, in, 0, dX, in)
 //   weight grad    dW += dYᵀ·X    gemm(kYes, kNo,  out, in, T, 1, dY, out, X, in, 1, dW, in)
-// Structured as BLIS is: pack blocks of A and B into micro-panels, then a register-blocked
-// micro-kernel. Work is split over output tiles only (never over K), so the result is bitwise
+// Structured as BLIS is (src/kernels/gemm/): pack blocks of A and B into micro-panels, a
+// macro-kernel over cache blocks, and one register-blocked micro-kernel per ISA chosen at run
+// time. Work is split over output tiles only (never over K), so the result is bitwise
 // identical whatever the number of threads.
 #pragma once
 
@@ -17,6 +18,12 @@ enum class Trans { kNo, kYes };
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc);
+
+struct MicroKernel;
+// The same with a given micro-kernel (tests run every ISA the CPU has).
+void gemm_with(const MicroKernel& kernel, Trans trans_a, Trans trans_b, int64_t M, int64_t N,
+               int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+               float beta, float* C, int64_t ldc);
 
 // The obvious triple loop, in double accumulation: the reference every GEMM is tested against.
 void gemm_reference(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -1,0 +1,40 @@
+// 8×32 with AVX-512: 16 zmm accumulators, 2 B loads and a broadcast per k.
+#include <immintrin.h>
+
+#include "kernels/gemm/microkernel.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+constexpr int64_t kMR = 8, kNR = 32;
+
+__attribute__((target("avx512f"))) void kernel(int64_t kc, const float* a, const float* b,
+                                               float* acc) {
+  __m512 c[kMR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(b + k * kNR);
+    const __m512 b1 = _mm512_loadu_ps(b + k * kNR + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < kMR; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[k * kMR + r]);
+      c[r][0] = _mm512_fmadd_ps(ar, b0, c[r][0]);
+      c[r][1] = _mm512_fmadd_ps(ar, b1, c[r][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r) {
+    _mm512_storeu_ps(acc + r * kNR, c[r][0]);
+    _mm512_storeu_ps(acc + r * kNR + 16, c[r][1]);
+  }
+}
+
+}  // namespace
+
+MicroKernel microkernel_avx512() {
+  return {"avx512", kMR, kNR, kernel};
+}
+
+}  // namespace nanogpt
