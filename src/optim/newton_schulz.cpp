@@ -1,0 +1,141 @@
+#include "optim/newton_schulz.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "kernels/gemm.hpp"
+#include "optim/elementwise.hpp"
+#include "runtime/error.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+// The iteration works on W = X for a wide X (rows ≤ cols) and on W = Xᵀ for a tall one. Rather
+// than transposing, a tall X stays in its own layout and the products take the transpose:
+// W·Wᵀ = Xᵀ·X and (B·W)ᵀ = X·Bᵀ. Only the product functions know about precision, so a
+// reduced-precision path can replace them and keep the coefficient arithmetic.
+
+// Rows per GEMM call of symmetric_product: blocks of 192 keep two 96-row GEMM tiles per call,
+// so two threads stay busy, while skipping (blocks − 1)/(2·blocks) of the work (3/8 at k = 768).
+constexpr int64_t kSymmetricBlock = 192;
+
+// C = alpha·R·Rᵀ + beta·C, k×k, where R is k×inner: the rows of X (ld ldx) or, with
+// `columns`, its columns. Only the lower block triangle is multiplied out, then mirrored:
+// nearly half the work of a full GEMM, and C comes out exactly symmetric. Assumes C was
+// symmetric before if beta ≠ 0.
+void symmetric_product(const float* X, int64_t ldx, bool columns, int64_t k, int64_t inner,
+                       float alpha, float beta, float* C) {
+  for (int64_t i0 = 0; i0 < k; i0 += kSymmetricBlock) {
+    const int64_t i1 = std::min(k, i0 + kSymmetricBlock);
+    if (columns) {
+      gemm(Trans::kYes, Trans::kNo, i1 - i0, i1, inner, alpha, X + i0, ldx, X, ldx, beta,
+           C + i0 * k, k);
+    } else {
+      gemm(Trans::kNo, Trans::kYes, i1 - i0, i1, inner, alpha, X + i0 * ldx, ldx, X, ldx, beta,
+           C + i0 * k, k);
+    }
+  }
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = i + 1; j < k; ++j) C[i * k + j] = C[j * k + i];
+  }
+}
+
+// A = W·Wᵀ, k×k with k = min(rows, cols).
+void gram(const float* x, int64_t rows, int64_t cols, float* A) {
+  if (rows <= cols) {
+    symmetric_product(x, cols, /*columns=*/false, rows, cols, 1.0f, 0.0f, A);
+  } else {
+    symmetric_product(x, cols, /*columns=*/true, cols, rows, 1.0f, 0.0f, A);
+  }
+}
+
+// B += c·A·A (= c·A·Aᵀ, A being symmetric). The seed evaluates (c·A)·A; folding c into the
+// product's alpha differs from that only in the last bit of each element, well below the
+// order-of-summation differences of any two fp32 GEMMs.
+void add_scaled_square(const float* A, int64_t k, float c, float* B) {
+  symmetric_product(A, k, /*columns=*/false, k, k, c, 1.0f, B);
+}
+
+// x_next += B·W, written back in X's layout.
+void add_poly_times_x(const float* B, const float* x, int64_t rows, int64_t cols, float* x_next) {
+  if (rows <= cols) {
+    gemm(Trans::kNo, Trans::kNo, rows, cols, rows, 1.0f, B, rows, x, cols, 1.0f, x_next, cols);
+  } else {
+    gemm(Trans::kNo, Trans::kYes, rows, cols, cols, 1.0f, x, cols, B, cols, 1.0f, x_next, cols);
+  }
+}
+
+// out = s·in, element-wise over n values.
+void scale(const float* in, int64_t n, float s, float* out) {
+  for_each_chunk(n, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = s * in[i];
+  });
+}
+
+// ‖G‖_F, accumulated in double per fixed chunk and combined in chunk order: more accurate
+// than torch's fp32 reduction, and the same on any number of threads.
+double frobenius_norm(const float* G, int64_t n, double* partial) {
+  const size_t chunks = static_cast<size_t>(elementwise_chunks(n));
+  for_each_chunk(n, [&](int64_t chunk, int64_t begin, int64_t end) {
+    double sum = 0.0;
+    for (int64_t i = begin; i < end; ++i) sum += static_cast<double>(G[i]) * G[i];
+    partial[static_cast<size_t>(chunk)] = sum;
+  });
+  double total = 0.0;
+  for (size_t c = 0; c < chunks; ++c) total += partial[c];
+  return std::sqrt(total);
+}
+
+}  // namespace
+
+void NewtonSchulzWorkspace::reserve(int64_t rows, int64_t cols) {
+  const size_t n = static_cast<size_t>(rows * cols);
+  const int64_t k = std::min(rows, cols);
+  const size_t kk = static_cast<size_t>(k * k);
+  if (x.size() < n) x.resize(n);
+  if (x_next.size() < n) x_next.resize(n);
+  if (gram.size() < kk) gram.resize(kk);
+  if (poly.size() < kk) poly.resize(kk);
+  const size_t chunks = static_cast<size_t>(elementwise_chunks(rows * cols));
+  if (norm_partials.size() < chunks) norm_partials.resize(chunks);
+}
+
+void newton_schulz5(const float* G, int64_t rows, int64_t cols, int steps, float* out,
+                    NewtonSchulzWorkspace& ws, const NewtonSchulzCoefficients& coeffs) {
+  if (rows <= 0 || cols <= 0 || steps < 0) {
+    throw Error("newton_schulz5: invalid arguments rows=" + std::to_string(rows) +
+                " cols=" + std::to_string(cols) + " steps=" + std::to_string(steps) +
+                " (need a non-empty matrix and steps >= 0)");
+  }
+  ws.reserve(rows, cols);
+  const int64_t n = rows * cols;
+  const int64_t k = std::min(rows, cols);
+  float* x = ws.x.data();
+  float* x_next = ws.x_next.data();
+  float* A = ws.gram.data();
+  float* B = ws.poly.data();
+
+  // Frobenius norm ≥ spectral norm, so every singular value starts in [0, 1], where the
+  // quintic pushes it towards 1. Division (not a reciprocal multiply) as the reference does.
+  const float denom =
+      static_cast<float>(frobenius_norm(G, n, ws.norm_partials.data())) + coeffs.eps;
+  for_each_chunk(n, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] = G[i] / denom;
+  });
+
+  for (int step = 0; step < steps; ++step) {
+    gram(x, rows, cols, A);
+    scale(A, k * k, coeffs.b, B);
+    add_scaled_square(A, k, coeffs.c, B);
+    scale(x, n, coeffs.a, x_next);
+    add_poly_times_x(B, x, rows, cols, x_next);
+    std::swap(x, x_next);
+  }
+  std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));
+}
+
+}  // namespace nanogpt
