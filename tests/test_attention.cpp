@@ -1,0 +1,529 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "runtime/error.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace nanogpt {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// Fills the parts of a gradient buffer that belong to nobody: must survive the backward.
+constexpr float kSentinel = -777.25f;
+
+enum class Docs { kSingle, kManyShort, kTileEdge, kStartAt0And1 };
+
+const char* name(Docs d) {
+  switch (d) {
+    case Docs::kSingle:
+      return "single";
+    case Docs::kManyShort:
+      return "many-short";
+    case Docs::kTileEdge:
+      return "tile-edge";
+    case Docs::kStartAt0And1:
+      return "start-0-and-1";
+  }
+  return "?";
+}
+
+std::vector<int32_t> make_docs(Docs layout, int64_t T, std::mt19937& rng) {
+  std::vector<int32_t> doc(static_cast<size_t>(T));
+  int32_t id = 3;  // ids need not start at 0 nor be consecutive
+  for (int64_t t = 0, left = 0; t < T; ++t) {
+    switch (layout) {
+      case Docs::kSingle:
+        doc[t] = id;
+        break;
+      case Docs::kManyShort:
+        if (left == 0) {
+          id += std::uniform_int_distribution<int32_t>(1, 3)(rng);
+          left = std::uniform_int_distribution<int64_t>(1, 24)(rng);
+        }
+        --left;
+        doc[t] = id;
+        break;
+      case Docs::kTileEdge:  // 64 is a tile edge, 256 a tile and a mask-block edge
+        doc[t] = id + (t >= 64) + (t >= 256);
+        break;
+      case Docs::kStartAt0And1:
+        doc[t] = t == 0 ? id : id + 1;
+        break;
+    }
+  }
+  return doc;
+}
+
+// One attention problem laid out as the model lays it out: q, k, v are slices of one [T, ld]
+// buffer, with ld a little more than 3·H·D so stray writes past a slice have somewhere to land.
+struct Problem {
+  int64_t T, H, D, ld;
+  std::vector<int32_t> doc;
+  std::vector<float> qkv, dout;
+  AttentionParams params;
+
+  Problem(int64_t t, int64_t h, int64_t d, int64_t w, std::vector<int32_t> docs, uint32_t seed,
+          int64_t block_size = 128)
+      : T(t), H(h), D(d), ld(3 * h * d + 3), doc(std::move(docs)) {
+    std::mt19937 rng(seed);
+    // Scores of a few units (std ~ 0.12·2²·sqrt(D)), so softmax rows are far from uniform.
+    std::normal_distribution<float> qk(0.0f, 2.0f);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    qkv.resize(static_cast<size_t>(T * ld));
+    for (int64_t i = 0; i < T; ++i) {
+      for (int64_t c = 0; c < ld; ++c) {
+        qkv[static_cast<size_t>(i * ld + c)] = c < 2 * H * D ? qk(rng) : u(rng);
+      }
+    }
+    dout.resize(static_cast<size_t>(T * H * D));
+    for (auto& x : dout) x = u(rng);
+    params.T = T;
+    params.H = H;
+    params.D = D;
+    params.q = qkv.data();
+    params.k = qkv.data() + H * D;
+    params.v = qkv.data() + 2 * H * D;
+    params.ld = ld;
+    params.doc = doc.data();
+    params.window_blocks = w;
+    params.block_size = block_size;
+  }
+  float& k(int64_t t, int64_t h, int64_t e) {
+    return qkv[static_cast<size_t>(t * ld + (H + h) * D + e)];
+  }
+  float& v(int64_t t, int64_t h, int64_t e) {
+    return qkv[static_cast<size_t>(t * ld + (2 * H + h) * D + e)];
+  }
+};
+
+// The test's own statement of the mask, independent of the library's.
+bool sees(const AttentionParams& p, int64_t i, int64_t j) {
+  return j <= i && p.doc[i] == p.doc[j] && i / p.block_size - j / p.block_size < p.window_blocks;
+}
+
+// max |got − want| / max(|want|, 1): a norm-wise relative error, since single entries of a
+// gradient can be tiny differences of large terms. The floor of 1 is the size of those terms
+// (inputs are O(1)), and keeps the measure finite where the gradient is exactly zero, as dq and
+// dk are for a query that sees only itself.
+double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, scale = 1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
+    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  return err / scale;
+}
+
+struct Grads {
+  std::vector<float> dq, dk, dv;  // [T, H·D] each
+};
+
+// Runs `backward` into three separate [T, ld] buffers whose slices are NaN and the rest is
+// sentinel, checks the sentinel survived, and returns the slices compacted to [T, H·D].
+template <typename Fn>
+Grads run_backward(const Problem& pr, Fn backward, std::string* stray) {
+  const int64_t hd = pr.H * pr.D;
+  std::vector<float> buf[3];
+  for (int s = 0; s < 3; ++s) {
+    buf[s].assign(static_cast<size_t>(pr.T * pr.ld), kSentinel);
+    for (int64_t t = 0; t < pr.T; ++t) {
+      std::fill_n(buf[s].begin() + t * pr.ld + s * hd, hd, kNaN);
+    }
+  }
+  backward(buf[0].data(), buf[1].data() + hd, buf[2].data() + 2 * hd);
+  Grads g;
+  std::vector<float>* outs[3] = {&g.dq, &g.dk, &g.dv};
+  for (int s = 0; s < 3; ++s) {
+    for (int64_t t = 0; t < pr.T; ++t) {
+      for (int64_t c = 0; c < pr.ld; ++c) {
+        const float x = buf[s][static_cast<size_t>(t * pr.ld + c)];
+        if (c >= s * hd && c < (s + 1) * hd) {
+          outs[s]->push_back(x);
+        } else if (std::memcmp(&x, &kSentinel, sizeof x) != 0 && stray->empty()) {
+          *stray = "gradient " + std::to_string(s) + " wrote token " + std::to_string(t) +
+                   " column " + std::to_string(c) + " outside its slice";
+        }
+      }
+    }
+  }
+  return g;
+}
+
+struct Case {
+  int64_t T, H, D, W;
+  Docs docs;
+};
+
+// Every T, doc layout and window, with (H, D) cycling through all six pairs: all values of
+// every parameter appear without the full product's cost.
+std::vector<Case> awkward_cases() {
+  std::vector<Case> cases;
+  const int64_t hs[] = {1, 3}, ds[] = {8, 16, 64};
+  int n = 0;
+  for (int64_t T : {1, 7, 127, 128, 129, 300, 513}) {
+    for (Docs docs : {Docs::kSingle, Docs::kManyShort, Docs::kTileEdge, Docs::kStartAt0And1}) {
+      for (int64_t W : {1, 2, 5}) {
+        cases.push_back({T, hs[n % 2], ds[n / 2 % 3], W, docs});
+        ++n;
+      }
+    }
+  }
+  return cases;
+}
+
+std::string describe(const Case& c) {
+  return "T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) + " D=" + std::to_string(c.D) +
+         " W=" + std::to_string(c.W) + " docs=" + name(c.docs);
+}
+
+TEST(Attention, ForwardMatchesReference) {
+  // fp32 with an online softmax vs a double reference, relative to max(|want|, 1). out is a
+  // convex combination of v (|v| ≤ 1) whose weights are fp32 sums over up to 513 keys (error
+  // ~sqrt(T)·eps, worse for the running rescales) with a ~1 ulp exp; lse carries one rounded log.
+  // Seen: out 2.1e-6, lse 3.4e-7. Bound: 1e-5.
+  double worst_out = 0, worst_lse = 0;
+  uint32_t seed = 100;
+  for (const Case& c : awkward_cases()) {
+    std::mt19937 rng(seed);
+    Problem pr(c.T, c.H, c.D, c.W, make_docs(c.docs, c.T, rng), seed++);
+    const size_t n_out = static_cast<size_t>(c.T * c.H * c.D),
+                 n_lse = static_cast<size_t>(c.H * c.T);
+    std::vector<float> out(n_out, kNaN), lse(n_lse, kNaN), want_out(n_out), want_lse(n_lse);
+    attention_forward(pr.params, out.data(), lse.data());
+    attention_forward_reference(pr.params, want_out.data(), want_lse.data());
+    const double e_out = rel_error(out, want_out), e_lse = rel_error(lse, want_lse);
+    EXPECT_LT(e_out, 1e-5) << describe(c);
+    EXPECT_LT(e_lse, 1e-5) << describe(c);
+    worst_out = std::max(worst_out, e_out);
+    worst_lse = std::max(worst_lse, e_lse);
+  }
+  std::printf("forward worst relative error: out %.3g, lse %.3g\n", worst_out, worst_lse);
+}
+
+TEST(Attention, BackwardMatchesReference) {
+  // The gradients are fp32 sums over up to T keys or queries of products that include the
+  // cancellation dP − Delta; measured relative to max(max |want|, 1) per tensor.
+  // Seen: dq 1.6e-6, dk 1.9e-6, dv 1.2e-6. Bound: 2e-5.
+  double worst[3] = {0, 0, 0};
+  uint32_t seed = 200;
+  for (const Case& c : awkward_cases()) {
+    std::mt19937 rng(seed);
+    Problem pr(c.T, c.H, c.D, c.W, make_docs(c.docs, c.T, rng), seed++);
+    std::vector<float> out(static_cast<size_t>(c.T * c.H * c.D)),
+        lse(static_cast<size_t>(c.H * c.T));
+    attention_forward(pr.params, out.data(), lse.data());
+    std::string stray;
+    Grads got = run_backward(
+        pr,
+        [&](float* dq, float* dk, float* dv) {
+          attention_backward(pr.params, out.data(), lse.data(), pr.dout.data(), dq, dk, dv);
+        },
+        &stray);
+    EXPECT_TRUE(stray.empty()) << stray << " " << describe(c);
+    Grads want = run_backward(
+        pr,
+        [&](float* dq, float* dk, float* dv) {
+          attention_backward_reference(pr.params, pr.dout.data(), dq, dk, dv);
+        },
+        &stray);
+    const double e[3] = {rel_error(got.dq, want.dq), rel_error(got.dk, want.dk),
+                         rel_error(got.dv, want.dv)};
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_LT(e[s], 2e-5) << "d"
+                            << "qkv"[s] << " " << describe(c);
+      worst[s] = std::max(worst[s], e[s]);
+    }
+  }
+  std::printf("backward worst relative error: dq %.3g, dk %.3g, dv %.3g\n", worst[0], worst[1],
+              worst[2]);
+}
+
+// The loss Σ G∘out in double, written from the spec without the library, for finite
+// differences of the reference backward.
+double double_loss(const AttentionParams& p, const std::vector<double>& qkv,
+                   const std::vector<float>& g) {
+  const int64_t H = p.H, D = p.D, hd = H * D;
+  double loss = 0;
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t i = 0; i < p.T; ++i) {
+      std::vector<double> s(static_cast<size_t>(i + 1), -INFINITY);
+      double m = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {
+        if (!sees(p, i, j)) continue;
+        double dot = 0;
+        for (int64_t e = 0; e < D; ++e) {
+          dot += qkv[static_cast<size_t>(i * p.ld + h * D + e)] *
+                 qkv[static_cast<size_t>(j * p.ld + hd + h * D + e)];
+        }
+        s[static_cast<size_t>(j)] = p.scale * dot;
+        m = std::max(m, s[static_cast<size_t>(j)]);
+      }
+      double z = 0;
+      for (double x : s) z += std::exp(x - m);
+      for (int64_t j = 0; j <= i; ++j) {
+        const double pij = std::exp(s[static_cast<size_t>(j)] - m) / z;
+        for (int64_t e = 0; e < D; ++e) {
+          loss += g[static_cast<size_t>(i * hd + h * D + e)] * pij *
+                  qkv[static_cast<size_t>(j * p.ld + 2 * hd + h * D + e)];
+        }
+      }
+    }
+  }
+  return loss;
+}
+
+TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
+  // Tiny blocks so the window, documents and causality all bite within 9 tokens.
+  Problem pr(9, 2, 3, 2, {4, 4, 4, 4, 4, 4, 4, 9, 9}, 7, /*block_size=*/2);
+  pr.params.scale = 0.7f;
+  std::vector<double> x(pr.qkv.begin(), pr.qkv.end());
+  std::string stray;
+  Grads g = run_backward(
+      pr,
+      [&](float* dq, float* dk, float* dv) {
+        attention_backward_reference(pr.params, pr.dout.data(), dq, dk, dv);
+      },
+      &stray);
+  ASSERT_TRUE(stray.empty()) << stray;
+  // Central differences in double: truncation ~h² and rounding ~1e-16/h, both far below the
+  // reference's float output rounding (~6e-8 relative). Bound: 1e-6 of the largest entry.
+  const double h = 1e-5;
+  const int64_t hd = pr.H * pr.D;
+  const std::vector<float>* grads[3] = {&g.dq, &g.dk, &g.dv};
+  for (int s = 0; s < 3; ++s) {
+    double err = 0, scale = 0;
+    for (int64_t t = 0; t < pr.T; ++t) {
+      for (int64_t c = 0; c < hd; ++c) {
+        const size_t idx = static_cast<size_t>(t * pr.ld + s * hd + c);
+        const double saved = x[idx];
+        x[idx] = saved + h;
+        const double up = double_loss(pr.params, x, pr.dout);
+        x[idx] = saved - h;
+        const double down = double_loss(pr.params, x, pr.dout);
+        x[idx] = saved;
+        const double fd = (up - down) / (2 * h);
+        const double an = (*grads[s])[static_cast<size_t>(t * hd + c)];
+        err = std::max(err, std::abs(fd - an));
+        scale = std::max(scale, std::abs(fd));
+      }
+    }
+    const char name = "qkv"[s];
+    EXPECT_LT(err / scale, 1e-6) << "d" << name;
+    std::printf("finite differences vs reference d%c: %.3g relative\n", name, err / scale);
+    EXPECT_GT(scale, 1e-3) << "degenerate case: gradient " << s << " is ~0";
+  }
+}
+
+TEST(AttentionReference, ForwardMatchesDoubleLoss) {
+  // The reference forward rounds each output once to float: Σ G∘out differs from the double
+  // loss by ~T·H·D·6e-8 relative. Bound 1e-6.
+  Problem pr(9, 2, 3, 2, {4, 4, 4, 4, 4, 4, 4, 9, 9}, 8, /*block_size=*/2);
+  std::vector<float> out(static_cast<size_t>(pr.T * pr.H * pr.D)),
+      lse(static_cast<size_t>(pr.H * pr.T));
+  attention_forward_reference(pr.params, out.data(), lse.data());
+  double loss = 0;
+  for (size_t i = 0; i < out.size(); ++i) loss += static_cast<double>(pr.dout[i]) * out[i];
+  const double want =
+      double_loss(pr.params, std::vector<double>(pr.qkv.begin(), pr.qkv.end()), pr.dout);
+  EXPECT_NEAR(loss, want, 1e-6 * (1 + std::abs(want)));
+}
+
+TEST(Attention, HiddenKeysDoNotChangeOutputs) {
+  // Two docs (a boundary mid-block), W = 2: key 10 is outside the window of queries 256..299,
+  // key 200 is in another doc for queries 300.., and every key is in the future of earlier ones.
+  const int64_t T = 400, H = 2, D = 16;
+  std::vector<int32_t> doc(T);
+  for (int64_t t = 0; t < T; ++t) doc[t] = t < 300 ? 0 : 1;
+  Problem base(T, H, D, 2, doc, 31);
+  auto run = [&](Problem& pr, std::vector<float>& out, std::vector<float>& lse,
+                 std::vector<float>& dq) {
+    out.assign(static_cast<size_t>(T * H * D), kNaN);
+    lse.assign(static_cast<size_t>(H * T), kNaN);
+    attention_forward(pr.params, out.data(), lse.data());
+    std::string stray;
+    dq = run_backward(
+             pr,
+             [&](float* q, float* k, float* v) {
+               attention_backward(pr.params, out.data(), lse.data(), pr.dout.data(), q, k, v);
+             },
+             &stray)
+             .dq;
+  };
+  std::vector<float> out0, lse0, dq0;
+  run(base, out0, lse0, dq0);
+  int future = 0, other_doc = 0, outside_window = 0, visible = 0;
+  for (int64_t j : {10, 63, 64, 200, 299, 300, 399}) {
+    Problem pr = base;
+    pr.params.q = pr.qkv.data();
+    pr.params.k = pr.qkv.data() + H * D;
+    pr.params.v = pr.qkv.data() + 2 * H * D;
+    pr.params.doc = pr.doc.data();
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t e = 0; e < D; ++e) {
+        pr.k(j, h, e) = -2 * pr.k(j, h, e) + 0.5f;
+        pr.v(j, h, e) = -pr.v(j, h, e) + 0.25f;
+      }
+    }
+    std::vector<float> out, lse, dq;
+    run(pr, out, lse, dq);
+    for (int64_t i = 0; i < T; ++i) {
+      const size_t row = static_cast<size_t>(i * H * D), n = static_cast<size_t>(H * D);
+      const bool out_same = std::memcmp(&out[row], &out0[row], n * sizeof(float)) == 0;
+      const bool dq_same = std::memcmp(&dq[row], &dq0[row], n * sizeof(float)) == 0;
+      bool lse_same = true;
+      for (int64_t h = 0; h < H; ++h) {
+        const size_t idx = static_cast<size_t>(h * T + i);
+        lse_same = lse_same && std::memcmp(&lse[idx], &lse0[idx], sizeof(float)) == 0;
+      }
+      if (sees(pr.params, i, j)) {
+        ++visible;
+        EXPECT_FALSE(out_same) << "query " << i << " ignores visible key " << j;
+        EXPECT_FALSE(lse_same) << "query " << i << " ignores visible key " << j;
+        EXPECT_FALSE(dq_same) << "query " << i << " ignores visible key " << j;
+        continue;
+      }
+      if (j > i) {
+        ++future;
+      } else if (doc[i] != doc[j]) {
+        ++other_doc;
+      } else {
+        ++outside_window;
+      }
+      EXPECT_TRUE(out_same && lse_same && dq_same) << "query " << i << " sees hidden key " << j;
+    }
+  }
+  EXPECT_GT(future, 0);
+  EXPECT_GT(other_doc, 0);
+  EXPECT_GT(outside_window, 0);
+  EXPECT_GT(visible, 0);
+}
+
+TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
+  std::mt19937 rng(5);
+  std::vector<int32_t> doc = make_docs(Docs::kManyShort, 700, rng);
+  for (int64_t t = 300; t < 700; ++t) doc[t] = doc[299] + 1;  // one long doc too
+  Problem pr(700, 3, 40, 3, doc, 77);
+  struct Result {
+    std::vector<float> out, lse;
+    Grads g;
+  };
+  auto run = [&](int threads) {
+    ThreadPool pool(threads);
+    ThreadPool::Use use(pool);
+    Result r;
+    r.out.assign(static_cast<size_t>(pr.T * pr.H * pr.D), kNaN);
+    r.lse.assign(static_cast<size_t>(pr.H * pr.T), kNaN);
+    attention_forward(pr.params, r.out.data(), r.lse.data());
+    std::string stray;
+    r.g = run_backward(
+        pr,
+        [&](float* dq, float* dk, float* dv) {
+          attention_backward(pr.params, r.out.data(), r.lse.data(), pr.dout.data(), dq, dk, dv);
+        },
+        &stray);
+    EXPECT_TRUE(stray.empty()) << stray;
+    return r;
+  };
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  const Result one = run(1);
+  for (int threads : {2, 3}) {
+    const Result r = run(threads);
+    EXPECT_TRUE(same(one.out, r.out)) << threads << " threads";
+    EXPECT_TRUE(same(one.lse, r.lse)) << threads << " threads";
+    EXPECT_TRUE(same(one.g.dq, r.g.dq)) << threads << " threads";
+    EXPECT_TRUE(same(one.g.dk, r.g.dk)) << threads << " threads";
+    EXPECT_TRUE(same(one.g.dv, r.g.dv)) << threads << " threads";
+  }
+}
+
+TEST(Attention, VisitedFractionScalesWithWindow) {
+  auto fraction = [](int64_t T, int64_t W, std::vector<int32_t> doc) {
+    AttentionParams p;
+    p.T = T;
+    p.H = 6;
+    p.D = 128;
+    p.ld = 3 * 6 * 128;
+    p.doc = doc.data();
+    p.window_blocks = W;
+    return attention_visited_fraction(p);
+  };
+  auto one_doc = [](int64_t T) { return std::vector<int32_t>(static_cast<size_t>(T), 0); };
+  // W = 2 with 64-token tiles: each query tile sees 3 or 4 key tiles of 64 → 3.5/64 ≈ 0.055.
+  const double w2 = fraction(4096, 2, one_doc(4096));
+  EXPECT_GT(w2, 0.5 * 2 * 128 / 4096.0);
+  EXPECT_LT(w2, 2.0 * 2 * 128 / 4096.0);
+  // Cost ~ T·W: doubling T halves the fraction; doubling W about doubles it.
+  EXPECT_NEAR(fraction(8192, 2, one_doc(8192)), w2 / 2, 0.01 * w2);
+  const double w4 = fraction(4096, 4, one_doc(4096));
+  EXPECT_GT(w4 / w2, 1.9);
+  EXPECT_LT(w4 / w2, 2.2);
+  // A window covering everything leaves plain causal attention: n(n+1)/2 of n² tile pairs.
+  EXPECT_NEAR(fraction(4096, 32, one_doc(4096)), 0.5, 0.01);
+  EXPECT_NEAR(fraction(4096, 1000000, one_doc(4096)), 0.5, 0.01);
+  // Short documents cut it further: 64-token docs aligned to tiles leave only the diagonal.
+  std::vector<int32_t> docs(4096);
+  for (int64_t t = 0; t < 4096; ++t) docs[t] = static_cast<int32_t>(t / 64);
+  EXPECT_NEAR(fraction(4096, 32, docs), 1.0 / 64, 1e-12);
+}
+
+TEST(Attention, RejectsBadParams) {
+  Problem pr(10, 2, 8, 1, std::vector<int32_t>(10, 0), 3);
+  std::vector<float> out(10 * 2 * 8), lse(2 * 10);
+  AttentionParams p = pr.params;
+  p.ld = 15;  // < H·D
+  EXPECT_THROW(attention_forward(p, out.data(), lse.data()), Error);
+  p = pr.params;
+  p.window_blocks = 0;
+  EXPECT_THROW(attention_forward(p, out.data(), lse.data()), Error);
+  std::vector<int32_t> bad = {0, 0, 1, 1, 0, 2, 2, 2, 2, 2};
+  p = pr.params;
+  p.doc = bad.data();
+  EXPECT_THROW(attention_forward(p, out.data(), lse.data()), Error);
+}
+
+TEST(Attention, SpeedrunShapeTiming) {
+  // The speedrun's shape: prints forward and backward time on the global pool, and checks a
+  // few query rows against the reference on a prefix (outputs of early tokens do not depend on
+  // later ones).
+  const int64_t T = 1024, H = 6, D = 128;
+  Problem pr(T, H, D, 8, std::vector<int32_t>(T, 0), 11);
+  std::vector<float> out(static_cast<size_t>(T * H * D)), lse(static_cast<size_t>(H * T));
+  std::vector<float> dq(static_cast<size_t>(T * pr.ld)), dk(dq.size()), dv(dq.size());
+  using Clock = std::chrono::steady_clock;
+  double best_f = 1e30, best_b = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    attention_forward(pr.params, out.data(), lse.data());
+    const auto t1 = Clock::now();
+    attention_backward(pr.params, out.data(), lse.data(), pr.dout.data(), dq.data(),
+                       dk.data() + H * D, dv.data() + 2 * H * D);
+    const auto t2 = Clock::now();
+    best_f = std::min(best_f, std::chrono::duration<double>(t1 - t0).count());
+    best_b = std::min(best_b, std::chrono::duration<double>(t2 - t1).count());
+  }
+  std::printf("T=%lld H=%lld D=%lld W=8 one doc, %d threads: forward %.1f ms, backward %.1f ms\n",
+              static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(D),
+              ThreadPool::current().size(), best_f * 1e3, best_b * 1e3);
+  AttentionParams prefix = pr.params;
+  prefix.T = 200;
+  std::vector<float> want(static_cast<size_t>(200 * H * D)), want_lse(static_cast<size_t>(H * 200));
+  attention_forward_reference(prefix, want.data(), want_lse.data());
+  std::vector<float> got(out.begin(), out.begin() + 200 * H * D);
+  EXPECT_LT(rel_error(got, want), 1e-5);
+}
+
+}  // namespace
+}  // namespace nanogpt
