@@ -17,6 +17,8 @@ constexpr int64_t kMC = 96;
 constexpr int64_t kKC = 256;
 constexpr int64_t kNC = 512;
 constexpr int64_t kMaxTile = 8 * 32;  // largest MR×NR of any kernel
+// Column micro-panels per compute task: enough work per task to amortise the hand-out.
+constexpr int64_t kPanelsPerTask = 4;
 
 inline float at(const float* X, int64_t ld, Trans t, int64_t r, int64_t c) {
   return t == Trans::kNo ? X[r * ld + c] : X[c * ld + r];
@@ -75,22 +77,23 @@ void pack_b(const float* B, int64_t ldb, Trans tb, int64_t k0, int64_t kc, int64
   }
 }
 
-// C tile = alpha·acc + beta·C for the valid rows × cols of an mr×nr accumulator.
-void store_tile(const float* acc, int64_t nr, float alpha, float beta, float* C, int64_t ldc,
-                int64_t rows, int64_t cols) {
+// Edge tiles: the kernel writes a full tile into scratch, and only the valid part is merged.
+void store_partial(const float* tile, int64_t nr, float alpha, float beta, float* C, int64_t ldc,
+                   int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     float* crow = C + r * ldc;
-    const float* arow = acc + r * nr;
-    if (beta == 0.0f) {
-      for (int64_t c = 0; c < cols; ++c) crow[c] = alpha * arow[c];
-    } else {
-      for (int64_t c = 0; c < cols; ++c) crow[c] = alpha * arow[c] + beta * crow[c];
+    const float* trow = tile + r * nr;
+    for (int64_t c = 0; c < cols; ++c) {
+      crow[c] = beta == 0.0f ? alpha * trow[c] : alpha * trow[c] + beta * crow[c];
     }
   }
 }
 
 }  // namespace
 
+// BLIS loop order: for each NC-wide block of columns and each KC-deep block of K, pack that
+// block of B once and all of A's rows once (both in parallel), then hand out MC×NC_TASK tiles
+// of C. Packing is then O(1/MC + 1/NC) of the arithmetic instead of O(1/MC) per tile task.
 void gemm_with(const MicroKernel& kernel, Trans trans_a, Trans trans_b, int64_t M, int64_t N,
                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                float beta, float* C, int64_t ldc) {
@@ -102,33 +105,62 @@ void gemm_with(const MicroKernel& kernel, Trans trans_a, Trans trans_b, int64_t 
     return;
   }
   const int64_t mr = kernel.mr, nr = kernel.nr;
-  const int64_t m_tiles = (M + kMC - 1) / kMC;
-  const int64_t n_tiles = (N + kNC - 1) / kNC;
+  const int64_t m_padded = (M + mr - 1) / mr * mr;
+  const int64_t m_blocks = (M + kMC - 1) / kMC;
   ThreadPool& pool = ThreadPool::current();
-  pool.parallel_for(static_cast<size_t>(m_tiles * n_tiles), [&](size_t task, int) {
-    const int64_t i0 = static_cast<int64_t>(task) / n_tiles * kMC;
-    const int64_t j0 = static_cast<int64_t>(task) % n_tiles * kNC;
-    const int64_t mc = std::min(kMC, M - i0);
+  // Shared packed buffers, owned by the calling thread and reused across calls.
+  thread_local std::vector<float> packed_a, packed_b;
+  if (packed_a.size() < static_cast<size_t>(m_padded * kKC))
+    packed_a.resize(static_cast<size_t>(m_padded * kKC));
+  if (packed_b.size() < static_cast<size_t>(kNC * kKC))
+    packed_b.resize(static_cast<size_t>(kNC * kKC));
+  float* pa = packed_a.data();
+  float* pb = packed_b.data();
+
+  for (int64_t j0 = 0; j0 < N; j0 += kNC) {
     const int64_t nc = std::min(kNC, N - j0);
-    // Packing buffers live as long as the thread: allocating (and zeroing) them per call cost
-    // more than the arithmetic for the model's small matrices.
-    thread_local std::vector<float> packed_a(static_cast<size_t>(kMC * kKC));
-    thread_local std::vector<float> packed_b(static_cast<size_t>(kNC * kKC));
-    alignas(64) float acc[kMaxTile];
+    const int64_t n_panels = (nc + nr - 1) / nr;
+    const int64_t n_chunks = (n_panels + kPanelsPerTask - 1) / kPanelsPerTask;
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0);
       const float block_beta = k0 == 0 ? beta : 1.0f;
-      pack_a(A, lda, trans_a, i0, mc, k0, kc, mr, packed_a.data());
-      pack_b(B, ldb, trans_b, k0, kc, j0, nc, nr, packed_b.data());
-      for (int64_t jp = 0; jp < nc; jp += nr) {
-        for (int64_t ip = 0; ip < mc; ip += mr) {
-          kernel.fn(kc, packed_a.data() + ip * kc, packed_b.data() + jp * kc, acc);
-          store_tile(acc, nr, alpha, block_beta, C + (i0 + ip) * ldc + j0 + jp, ldc,
-                     std::min(mr, mc - ip), std::min(nr, nc - jp));
+      // Every row block of A and every column panel of B, packed once for this (j0, k0) block.
+      const int64_t pack_tasks = m_blocks + n_panels;
+      pool.parallel_for(static_cast<size_t>(pack_tasks), [&](size_t task, int) {
+        const int64_t t = static_cast<int64_t>(task);
+        if (t < n_panels) {
+          const int64_t p = t * nr;
+          pack_b(B, ldb, trans_b, k0, kc, j0 + p, std::min(nr, nc - p), nr, pb + p * kc);
+        } else {
+          const int64_t i0 = (t - n_panels) * kMC;
+          pack_a(A, lda, trans_a, i0, std::min(kMC, M - i0), k0, kc, mr, pa + i0 * kc);
         }
-      }
+      });
+      pool.parallel_for(static_cast<size_t>(m_blocks * n_chunks), [&](size_t task, int) {
+        const int64_t i0 = static_cast<int64_t>(task) / n_chunks * kMC;
+        const int64_t chunk = static_cast<int64_t>(task) % n_chunks;
+        const int64_t mc = std::min(kMC, M - i0);
+        alignas(64) float tile[kMaxTile];
+        for (int64_t panel = chunk * kPanelsPerTask;
+             panel < std::min(n_panels, (chunk + 1) * kPanelsPerTask); ++panel) {
+          const int64_t jp = panel * nr;
+          const int64_t cols = std::min(nr, nc - jp);
+          for (int64_t ip = 0; ip < mc; ip += mr) {
+            const int64_t rows = std::min(mr, mc - ip);
+            const float* a = pa + (i0 + ip) * kc;
+            const float* b = pb + jp * kc;
+            float* c = C + (i0 + ip) * ldc + j0 + jp;
+            if (rows == mr && cols == nr) {
+              kernel.fn(kc, a, b, c, ldc, alpha, block_beta);
+            } else {
+              kernel.fn(kc, a, b, tile, nr, 1.0f, 0.0f);
+              store_partial(tile, nr, alpha, block_beta, c, ldc, rows, cols);
+            }
+          }
+        }
+      });
     }
-  });
+  }
 }
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -1,5 +1,6 @@
-// GEMM micro-kernels: acc[MR×NR] = Σ_k a_k ⊗ b_k over one packed A micro-panel (kc × MR,
-// k-major) and one packed B micro-panel (kc × NR, k-major). One implementation per ISA, each
+// GEMM micro-kernels: C[MR×NR] = alpha·Σ_k a_k ⊗ b_k + beta·C over one packed A micro-panel
+// (kc × MR, k-major) and one packed B micro-panel (kc × NR, k-major), C row-major with ldc.
+// beta == 0 never reads C. One implementation per ISA, each
 // in its own file, compiled with that ISA's target attribute and chosen at run time.
 #pragma once
 
@@ -9,7 +10,8 @@
 
 namespace nanogpt {
 
-using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, float* acc);
+using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                               float alpha, float beta);
 
 struct MicroKernel {
   const char* isa;  // "scalar", "avx2", "avx512"

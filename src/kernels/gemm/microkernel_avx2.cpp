@@ -11,7 +11,7 @@ namespace {
 constexpr int64_t kMR = 6, kNR = 16;
 
 __attribute__((target("avx2,fma"))) void kernel(int64_t kc, const float* a, const float* b,
-                                                float* acc) {
+                                                float* out, int64_t ldc, float alpha, float beta) {
   __m256 c[kMR][2];
 #pragma GCC unroll 6
   for (int r = 0; r < kMR; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
@@ -25,10 +25,17 @@ __attribute__((target("avx2,fma"))) void kernel(int64_t kc, const float* a, cons
       c[r][1] = _mm256_fmadd_ps(ar, b1, c[r][1]);
     }
   }
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
 #pragma GCC unroll 6
   for (int r = 0; r < kMR; ++r) {
-    _mm256_storeu_ps(acc + r * kNR, c[r][0]);
-    _mm256_storeu_ps(acc + r * kNR + 8, c[r][1]);
+    float* o = out + r * ldc;
+    __m256 r0 = _mm256_mul_ps(va, c[r][0]), r1 = _mm256_mul_ps(va, c[r][1]);
+    if (beta != 0.0f) {
+      r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(o), r0);
+      r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(o + 8), r1);
+    }
+    _mm256_storeu_ps(o, r0);
+    _mm256_storeu_ps(o + 8, r1);
   }
 }
 

@@ -6,7 +6,8 @@ namespace {
 
 constexpr int64_t kMR = 4, kNR = 8;
 
-void kernel(int64_t kc, const float* a, const float* b, float* acc) {
+void kernel(int64_t kc, const float* a, const float* b, float* out, int64_t ldc, float alpha,
+            float beta) {
   float c[kMR][kNR] = {};
   for (int64_t k = 0; k < kc; ++k) {
     for (int64_t r = 0; r < kMR; ++r) {
@@ -14,7 +15,10 @@ void kernel(int64_t kc, const float* a, const float* b, float* acc) {
     }
   }
   for (int64_t r = 0; r < kMR; ++r) {
-    for (int64_t j = 0; j < kNR; ++j) acc[r * kNR + j] = c[r][j];
+    for (int64_t j = 0; j < kNR; ++j) {
+      float* o = out + r * ldc + j;
+      *o = beta == 0.0f ? alpha * c[r][j] : alpha * c[r][j] + beta * *o;
+    }
   }
 }
 
