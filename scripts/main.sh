@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job: set up, build, and prepare the default corpus (Debian's fortunes, one fortune
-# per document) into a BPE tokenizer and token shards under data/fortunes/. Re-running skips
-# finished steps.
+# The main job: set up, build, prepare the default corpus (Debian's fortunes, one fortune per
+# document) into a BPE tokenizer and token shards under data/fortunes/, train the `cpu` preset
+# on it, print the final validation loss and a sample. Re-running skips finished steps (a
+# finished training run is not repeated; an interrupted one resumes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
@@ -26,8 +27,17 @@ else
     --val-fraction 0.05 --output-dir "$OUT/shards"
 fi
 
+RUN=$OUT/run
+# A run with checkpoints resumes (a finished one returns at once).
+resume=()
+[ -d "$RUN/checkpoints" ] && resume=(--resume)
+"$NANOGPT" train --config cpu --train "$OUT/shards/train_*.bin" --val "$OUT/shards/val_*.bin" \
+  --out "$RUN" "${resume[@]}"
+
 echo
-echo "prepared corpus:"
-ls -l "$OUT/tokenizer.json" "$OUT"/shards/*.bin
-grep -A3 '"tokens"' "$OUT/shards/meta.json"
-echo "sample: $(echo 'The quick brown fox jumps over the lazy dog.' | "$NANOGPT" encode --tokenizer "$OUT/tokenizer.json")"
+echo "final validation loss:"
+"$NANOGPT" eval --checkpoint "$RUN" --val "$OUT/shards/val_*.bin"
+echo
+echo "sample:"
+"$NANOGPT" sample --checkpoint "$RUN" --prompt "The meaning of life is" --max-tokens 120 \
+  --temperature 0.8 --top-k 50 --seed 1

@@ -11,5 +11,8 @@ void register_decode(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_info(CLI::App& app);
+void register_train(CLI::App& app);
+void register_eval(CLI::App& app);
+void register_sample(CLI::App& app);
 
 }  // namespace nanogpt::cli

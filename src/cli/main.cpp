@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
   nanogpt::cli::register_encode(app);
   nanogpt::cli::register_decode(app);
   nanogpt::cli::register_tokenize(app);
+  nanogpt::cli::register_train(app);
+  nanogpt::cli::register_eval(app);
+  nanogpt::cli::register_sample(app);
   nanogpt::cli::register_bench(app);
   nanogpt::cli::register_info(app);
 

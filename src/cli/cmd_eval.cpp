@@ -1,0 +1,49 @@
+// `nanogpt eval`: validation loss of a checkpoint.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "model/model_io.hpp"
+#include "optim/schedule.hpp"
+#include "runtime/checkpoint.hpp"
+#include "runtime/error.hpp"
+#include "train/evaluate.hpp"
+
+namespace nanogpt::cli {
+
+void register_eval(CLI::App& app) {
+  auto* cmd =
+      app.add_subcommand("eval", "Mean validation loss of a checkpoint; prints one JSON line");
+  struct Args {
+    std::string checkpoint, val;
+    int64_t tokens = 0, seq_len = 0, window = 0;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "A checkpoint directory, or a run directory (its newest checkpoint)")
+      ->required();
+  cmd->add_option("--val", a->val, "Glob of validation shards")->required();
+  cmd->add_option("--tokens", a->tokens, "Tokens to evaluate (default: the run's val_tokens)");
+  cmd->add_option("--seq-len", a->seq_len, "Sequence length (default: the run's val_seq_len)");
+  cmd->add_option("--window", a->window,
+                  "Attention window in 128-token blocks (default: the final training window)");
+  cmd->callback([a] {
+    std::string dir = find_latest_checkpoint(a->checkpoint);
+    if (dir.empty()) throw InputError("no checkpoint at '" + a->checkpoint + "'");
+    auto model = load_model(dir);
+    const Config& c = model->config();
+    int64_t seq = a->seq_len > 0 ? a->seq_len : c.val_seq_len;
+    int64_t tokens = a->tokens > 0 ? a->tokens : c.val_tokens;
+    int64_t window = a->window > 0 ? a->window
+                                   : window_blocks(c.num_iterations, c.num_iterations,
+                                                   c.max_window_tokens, c.block_size);
+    window = std::min<int64_t>(window, (seq + c.block_size - 1) / c.block_size);
+    EvalResult r = evaluate(*model, a->val, tokens, seq, window);
+    nlohmann::ordered_json j;
+    j["val_loss"] = r.loss;
+    j["tokens"] = r.tokens;
+    std::printf("%s\n", j.dump().c_str());
+  });
+}
+
+}  // namespace nanogpt::cli

@@ -1,0 +1,71 @@
+// Half-truncated rotary position embedding (the seed's Rotary): head_dim/4 angular
+// frequencies (1/1024)^linspace(0, 1, head_dim/4) followed by head_dim/4 zeros, so half of
+// each head's dimensions carry position and half do not. With x = (x1, x2) the two halves:
+//   y1 = x1·cos + x2·sin,  y2 = −x1·sin + x2·cos.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace nanogpt {
+
+template <class Real>
+class RotaryTableT {
+ public:
+  RotaryTableT() = default;
+  RotaryTableT(int64_t max_positions, int64_t head_dim)
+      : max_positions_(max_positions), head_dim_(head_dim) {
+    const int64_t half = head_dim / 2, quarter = head_dim / 4;
+    cos_.resize(static_cast<size_t>(max_positions * half));
+    sin_.resize(cos_.size());
+    for (int64_t t = 0; t < max_positions; ++t) {
+      for (int64_t j = 0; j < half; ++j) {
+        // Angles in double, then rounded: at t ~ 10^4 float32 angles drift by ~1e-3 rad.
+        double freq = 0.0;
+        if (j < quarter) {
+          double frac =
+              quarter == 1 ? 0.0 : static_cast<double>(j) / static_cast<double>(quarter - 1);
+          freq = std::pow(1.0 / 1024.0, frac);
+        }
+        const double theta = static_cast<double>(t) * freq;
+        cos_[static_cast<size_t>(t * half + j)] = static_cast<Real>(std::cos(theta));
+        sin_[static_cast<size_t>(t * half + j)] = static_cast<Real>(std::sin(theta));
+      }
+    }
+  }
+  int64_t head_dim() const { return head_dim_; }
+  int64_t max_positions() const { return max_positions_; }
+
+  // Rotates `heads` heads of one token at `position` in place (x: heads × head_dim, contiguous).
+  void apply(Real* x, int64_t heads, int64_t position) const {
+    rotate(x, heads, position, Real(1));
+  }
+  // The transpose of apply (its inverse): the backward of a rotation.
+  void apply_inverse(Real* x, int64_t heads, int64_t position) const {
+    rotate(x, heads, position, Real(-1));
+  }
+
+ private:
+  void rotate(Real* x, int64_t heads, int64_t position, Real direction) const {
+    const int64_t half = head_dim_ / 2;
+    const Real* c = cos_.data() + position * half;
+    const Real* s = sin_.data() + position * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      Real* x1 = x + h * head_dim_;
+      Real* x2 = x1 + half;
+      for (int64_t j = 0; j < half; ++j) {
+        const Real a = x1[j], b = x2[j], sj = direction * s[j];
+        x1[j] = a * c[j] + b * sj;
+        x2[j] = -a * sj + b * c[j];
+      }
+    }
+  }
+
+  int64_t max_positions_ = 0, head_dim_ = 0;
+  std::vector<Real> cos_, sin_;  // [position][head_dim / 2]
+};
+
+using RotaryTable = RotaryTableT<float>;
+
+}  // namespace nanogpt

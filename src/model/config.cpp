@@ -1,0 +1,288 @@
+#include "model/config.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <variant>
+
+#include "runtime/error.hpp"
+#include "runtime/file_io.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+using FieldPtr = std::variant<int64_t Config::*, double Config::*, bool Config::*,
+                              std::vector<int64_t> Config::*>;
+
+struct Field {
+  const char* name;
+  FieldPtr ptr;
+};
+
+// The single list of keys: JSON, --set and --print-config all go through it.
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = {
+      {"vocab_size", &Config::vocab_size},
+      {"num_layers", &Config::num_layers},
+      {"num_heads", &Config::num_heads},
+      {"head_dim", &Config::head_dim},
+      {"model_dim", &Config::model_dim},
+      {"attn_free_layers", &Config::attn_free_layers},
+      {"eot_id", &Config::eot_id},
+      {"fp8_head", &Config::fp8_head},
+      {"attn_scale", &Config::attn_scale},
+      {"logit_softcap", &Config::logit_softcap},
+      {"train_seq_len", &Config::train_seq_len},
+      {"tokens_per_step", &Config::tokens_per_step},
+      {"val_seq_len", &Config::val_seq_len},
+      {"val_tokens", &Config::val_tokens},
+      {"block_size", &Config::block_size},
+      {"max_window_tokens", &Config::max_window_tokens},
+      {"align_to_eot", &Config::align_to_eot},
+      {"num_iterations", &Config::num_iterations},
+      {"cooldown_frac", &Config::cooldown_frac},
+      {"val_loss_every", &Config::val_loss_every},
+      {"checkpoint_every", &Config::checkpoint_every},
+      {"seed", &Config::seed},
+      {"muon_lr", &Config::muon_lr},
+      {"muon_momentum_start", &Config::muon_momentum_start},
+      {"muon_momentum_end", &Config::muon_momentum_end},
+      {"muon_momentum_warmup", &Config::muon_momentum_warmup},
+      {"muon_ns_steps", &Config::muon_ns_steps},
+      {"adam_head_lr", &Config::adam_head_lr},
+      {"adam_embed_lr", &Config::adam_embed_lr},
+      {"adam_scalar_lr", &Config::adam_scalar_lr},
+      {"adam_beta1", &Config::adam_beta1},
+      {"adam_beta2", &Config::adam_beta2},
+      {"adam_eps", &Config::adam_eps},
+  };
+  return f;
+}
+
+std::string known_keys() {
+  std::string s;
+  for (const Field& f : fields()) s += (s.empty() ? "" : ", ") + std::string(f.name);
+  return s;
+}
+
+const Field& find_field(const std::string& key) {
+  for (const Field& f : fields()) {
+    if (key == f.name) return f;
+  }
+  throw InputError("unknown configuration key '" + key + "'; known keys: " + known_keys());
+}
+
+void assign_from_json(Config& c, const Field& f, const nlohmann::json& v) {
+  auto bad = [&](const char* want) {
+    return InputError("configuration key '" + std::string(f.name) + "' must be " + want + ", got " +
+                      v.dump());
+  };
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(c.*member)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          if (!v.is_number_integer()) throw bad("an integer");
+          c.*member = v.get<int64_t>();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!v.is_number()) throw bad("a number");
+          c.*member = v.get<double>();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!v.is_boolean()) throw bad("true or false");
+          c.*member = v.get<bool>();
+        } else {
+          if (!v.is_array()) throw bad("a list of integers, e.g. [7]");
+          std::vector<int64_t> out;
+          for (const auto& e : v) {
+            if (!e.is_number_integer()) throw bad("a list of integers, e.g. [7]");
+            out.push_back(e.get<int64_t>());
+          }
+          c.*member = out;
+        }
+      },
+      f.ptr);
+}
+
+}  // namespace
+
+bool Config::has_attention(int64_t layer) const {
+  return std::find(attn_free_layers.begin(), attn_free_layers.end(), layer) ==
+         attn_free_layers.end();
+}
+
+bool Config::is_long_window(int64_t layer) const {
+  if (num_layers == 12) {
+    static const bool kSeed[12] = {true,  false, false, false, true,  false,
+                                   false, true,  false, false, false, true};
+    return kSeed[layer];
+  }
+  return layer % 4 == 0 || layer == num_layers - 1;
+}
+
+int Config::value_embed_index(int64_t layer) const {
+  if (layer < 3) return static_cast<int>(layer);
+  if (layer >= num_layers - 3) return static_cast<int>(layer - (num_layers - 3));
+  return -1;
+}
+
+std::vector<std::string> preset_names() {
+  return {"speedrun", "cpu"};
+}
+
+Config preset(const std::string& name) {
+  Config c;  // the struct defaults are the seed's record: preset "speedrun"
+  if (name == "speedrun") return c;
+  if (name == "cpu") {
+    // Sized so the README's main job trains on the fortunes corpus (8192-token BPE, ~0.7M
+    // training tokens) in under ten minutes on two cores.
+    c.vocab_size = 8192;
+    c.eot_id = 8191;
+    c.num_layers = 6;
+    c.num_heads = 2;
+    c.head_dim = 128;
+    c.model_dim = 256;
+    c.attn_free_layers = {};
+    c.fp8_head = false;
+    c.train_seq_len = 512;
+    c.tokens_per_step = 4096;
+    c.val_seq_len = 512;
+    c.max_window_tokens = 512;
+    c.val_tokens = 16384;
+    c.num_iterations = 250;
+    c.val_loss_every = 50;
+    c.muon_momentum_warmup = 100;
+    // 4096 tokens per step is ~100x smaller than the seed's batch; halved Adam steps train
+    // better on fortunes (60-step probe: 5.54 vs 5.57 validation loss; quartered: 5.83).
+    c.adam_embed_lr = 0.3;
+    c.adam_head_lr = 0.11;
+    c.adam_scalar_lr = 0.02;
+    return c;
+  }
+  std::string names;
+  for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+  throw InputError("unknown preset '" + name + "'; presets: " + names +
+                   " (or give a path to a .json configuration file)");
+}
+
+Config config_from_json(const nlohmann::json& j, Config base) {
+  if (!j.is_object()) throw InputError("a configuration must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (key == "preset") continue;
+    assign_from_json(base, find_field(key), value);
+  }
+  return base;
+}
+
+Config load_config(const std::string& preset_or_file) {
+  for (const auto& n : preset_names()) {
+    if (n == preset_or_file) return preset(n);
+  }
+  if (!file_exists(preset_or_file)) return preset(preset_or_file);  // names the presets
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(preset_or_file));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError("configuration file '" + preset_or_file + "' is not valid JSON: " + e.what());
+  }
+  try {
+    std::string base = j.is_object() && j.contains("preset") && j["preset"].is_string()
+                           ? j["preset"].get<std::string>()
+                           : "cpu";
+    return config_from_json(j, preset(base));
+  } catch (const InputError& e) {
+    throw InputError("configuration file '" + preset_or_file + "': " + e.what());
+  }
+}
+
+void set_config_value(Config& config, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw InputError("--set expects key=value, got '" + assignment + "'");
+  }
+  std::string key = assignment.substr(0, eq);
+  std::string value = assignment.substr(eq + 1);
+  const Field& f = find_field(key);
+  nlohmann::json v;
+  try {
+    v = nlohmann::json::parse(value);
+  } catch (const nlohmann::json::exception&) {
+    throw InputError("--set " + key + ": cannot parse '" + value +
+                     "' (numbers, true/false, or lists like [7] are accepted)");
+  }
+  assign_from_json(config, f, v);
+}
+
+nlohmann::ordered_json config_to_json(const Config& c) {
+  nlohmann::ordered_json j;
+  for (const Field& f : fields()) {
+    std::visit([&](auto member) { j[f.name] = c.*member; }, f.ptr);
+  }
+  return j;
+}
+
+void validate_config(const Config& c) {
+  auto fail = [](const std::string& field, const std::string& why) {
+    throw InputError("invalid configuration: " + field + " " + why);
+  };
+  if (c.vocab_size < 2 || c.vocab_size > 65536)
+    fail("vocab_size", "must be in [2, 65536] (uint16 shards)");
+  if (c.num_layers < 6 || c.num_layers % 2 != 0) {
+    fail("num_layers",
+         "must be even and at least 6 (three value embeddings at each end, U-net skips)");
+  }
+  if (c.num_heads < 1) fail("num_heads", "must be at least 1");
+  if (c.head_dim < 4 || c.head_dim % 4 != 0)
+    fail("head_dim", "must be a positive multiple of 4 (half-truncated RoPE)");
+  if (c.model_dim != c.num_heads * c.head_dim) {
+    fail("model_dim", "must equal num_heads × head_dim (" +
+                          std::to_string(c.num_heads * c.head_dim) +
+                          ") so value embeddings match the attention's values");
+  }
+  for (int64_t l : c.attn_free_layers) {
+    if (l < 0 || l >= c.num_layers)
+      fail("attn_free_layers",
+           "entry " + std::to_string(l) + " is not a layer index in [0, num_layers)");
+  }
+  if (c.eot_id < 0 || c.eot_id >= c.vocab_size)
+    fail("eot_id", "must be a token id below vocab_size");
+  if (c.attn_scale <= 0) fail("attn_scale", "must be positive");
+  if (c.logit_softcap <= 0) fail("logit_softcap", "must be positive");
+  if (c.block_size < 1) fail("block_size", "must be positive");
+  if (c.train_seq_len < c.block_size || c.train_seq_len % c.block_size != 0) {
+    fail("train_seq_len",
+         "must be a positive multiple of block_size (" + std::to_string(c.block_size) + ")");
+  }
+  if (c.val_seq_len < c.block_size || c.val_seq_len % c.block_size != 0) {
+    fail("val_seq_len",
+         "must be a positive multiple of block_size (" + std::to_string(c.block_size) + ")");
+  }
+  if (c.tokens_per_step < c.train_seq_len || c.tokens_per_step % c.train_seq_len != 0) {
+    fail("tokens_per_step",
+         "must be a positive multiple of train_seq_len (" + std::to_string(c.train_seq_len) + ")");
+  }
+  if (c.val_tokens < c.val_seq_len || c.val_tokens % c.val_seq_len != 0) {
+    fail("val_tokens",
+         "must be a positive multiple of val_seq_len (" + std::to_string(c.val_seq_len) + ")");
+  }
+  if (c.max_window_tokens < 1) fail("max_window_tokens", "must be positive");
+  if (c.num_iterations < 1) fail("num_iterations", "must be at least 1");
+  if (!(c.cooldown_frac >= 0 && c.cooldown_frac <= 1)) fail("cooldown_frac", "must be in [0, 1]");
+  if (c.val_loss_every < 0) fail("val_loss_every", "must be >= 0 (0: only at the end)");
+  if (c.checkpoint_every < 0) fail("checkpoint_every", "must be >= 0 (0: only at the end)");
+  if (c.muon_ns_steps < 1) fail("muon_ns_steps", "must be at least 1");
+  if (c.muon_momentum_warmup < 0) fail("muon_momentum_warmup", "must be >= 0");
+  for (auto [name, v] : {std::pair{"muon_lr", c.muon_lr},
+                         {"adam_head_lr", c.adam_head_lr},
+                         {"adam_embed_lr", c.adam_embed_lr},
+                         {"adam_scalar_lr", c.adam_scalar_lr}}) {
+    if (!(v >= 0)) fail(name, "must be >= 0");
+  }
+  for (auto [name, v] : {std::pair{"muon_momentum_start", c.muon_momentum_start},
+                         {"muon_momentum_end", c.muon_momentum_end},
+                         {"adam_beta1", c.adam_beta1},
+                         {"adam_beta2", c.adam_beta2}}) {
+    if (!(v >= 0 && v < 1)) fail(name, "must be in [0, 1)");
+  }
+  if (!(c.adam_eps > 0)) fail("adam_eps", "must be positive");
+}
+
+}  // namespace nanogpt

@@ -1,0 +1,80 @@
+// Every knob of a run in one flat structure, under the seed's names where the seed has one
+// (`num_layers`, `train_seq_len`, `cooldown_frac`, ...), so a speedrun user recognises them.
+// Presets give the defaults; a JSON file or `--set key=value` overrides any key; invalid
+// values are rejected before any work, naming the field and what is allowed.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace nanogpt {
+
+struct Config {
+  // Model (seed: GPT(vocab_size, num_layers, num_heads, model_dim)).
+  int64_t vocab_size = 50257;
+  int64_t num_layers = 12;
+  int64_t num_heads = 6;
+  int64_t head_dim = 128;
+  int64_t model_dim = 768;
+  std::vector<int64_t> attn_free_layers = {7};  // the seed drops attention in layer 7 of 12
+  int64_t eot_id = 50256;
+  bool fp8_head = true;
+  double attn_scale = 0.12;
+  double logit_softcap = 30.0;
+
+  // Data and batches.
+  int64_t train_seq_len = 48 * 1024;
+  int64_t tokens_per_step = 8 * 48 * 1024;  // the seed: 8 GPUs × train_seq_len
+  int64_t val_seq_len = 4 * 64 * 1024;
+  int64_t val_tokens = 10485760;
+  int64_t block_size = 128;          // attention mask granularity
+  int64_t max_window_tokens = 1728;  // window schedule's end point, in tokens
+  bool align_to_eot = false;         // start every training sequence at a document
+
+  // Schedule.
+  int64_t num_iterations = 1770;
+  double cooldown_frac = 0.4;
+  int64_t val_loss_every = 125;  // 0: only at the end
+  int64_t checkpoint_every = 0;  // 0: only at the end
+  int64_t seed = 0;
+
+  // Optimizers.
+  double muon_lr = 0.05;
+  double muon_momentum_start = 0.85;
+  double muon_momentum_end = 0.95;
+  int64_t muon_momentum_warmup = 300;
+  int64_t muon_ns_steps = 5;
+  double adam_head_lr = 0.22;
+  double adam_embed_lr = 0.6;
+  double adam_scalar_lr = 0.04;
+  double adam_beta1 = 0.8;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-10;
+
+  int64_t vocab_padded() const { return (vocab_size + 127) / 128 * 128; }
+  int64_t grad_accum_steps() const { return tokens_per_step / train_seq_len; }
+  bool has_attention(int64_t layer) const;
+  // The seed's long/short window pattern.
+  bool is_long_window(int64_t layer) const;
+  // Index (0..2) of the value embedding feeding `layer`, or -1.
+  int value_embed_index(int64_t layer) const;
+};
+
+// Names of the built-in presets and their configurations ("speedrun", "cpu").
+std::vector<std::string> preset_names();
+Config preset(const std::string& name);
+
+// PRESET or FILE.json (a preset name, or a JSON object over a preset given by its "preset"
+// key, default "cpu").
+Config load_config(const std::string& preset_or_file);
+// Applies "key=value"; the value is parsed as the key's type.
+void set_config_value(Config& config, const std::string& assignment);
+// Throws InputError naming the first invalid field and what is allowed.
+void validate_config(const Config& config);
+
+nlohmann::ordered_json config_to_json(const Config& config);
+Config config_from_json(const nlohmann::json& j, Config base);
+
+}  // namespace nanogpt

@@ -1,0 +1,449 @@
+#include "model/gpt.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/relu_squared.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "model/model_kernels.hpp"
+#include "runtime/error.hpp"
+#include "runtime/random.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+std::string block_name(int64_t i, const char* suffix) {
+  return "blocks." + std::to_string(i) + "." + suffix;
+}
+
+template <class T>
+void resize(std::vector<T>& v, int64_t n) {
+  v.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+template <class Real>
+GptT<Real>::GptT(const Config& config) : config_(config) {
+  validate_config(config_);
+  const int64_t V = config_.vocab_size, d = config_.model_dim;
+  const int64_t HD = config_.num_heads * config_.head_dim, L = config_.num_layers;
+  params_.add("embed.weight", {V, d}, ParamGroup::kEmbedding);
+  for (int k = 0; k < 3; ++k) {
+    params_.add("value_embeds." + std::to_string(k) + ".weight", {V, d}, ParamGroup::kEmbedding);
+  }
+  for (int64_t i = 0; i < L; ++i) {
+    if (config_.has_attention(i)) {
+      params_.add(block_name(i, "attn.qkv_w"), {3, HD, d}, ParamGroup::kMatrix);
+      params_.add(block_name(i, "attn.lambdas"), {2}, ParamGroup::kScalar);
+      params_.add(block_name(i, "attn.c_proj.weight"), {d, HD}, ParamGroup::kMatrix);
+    }
+    params_.add(block_name(i, "mlp.c_fc.weight"), {4 * d, d}, ParamGroup::kMatrix);
+    params_.add(block_name(i, "mlp.c_proj.weight"), {d, 4 * d}, ParamGroup::kMatrix);
+    params_.add(block_name(i, "lambdas"), {2}, ParamGroup::kScalar);
+  }
+  params_.add("lm_head.weight", {config_.vocab_padded(), d}, ParamGroup::kHead);
+  params_.add("skip_weights", {L / 2}, ParamGroup::kScalar);
+  params_.allocate();
+  grads_.assign(params_.size(), 0.0f);
+  layers_.resize(static_cast<size_t>(L));
+  dskip_.resize(static_cast<size_t>(L / 2));
+}
+
+template <class Real>
+void GptT<Real>::zero_grads() {
+  std::fill(grads_.begin(), grads_.end(), Real(0));
+}
+
+template <class Real>
+void GptT<Real>::init_parameters(uint64_t seed) {
+  Rng rng(seed);
+  auto& v = params_.values();
+  for (const ParamTensor& t : params_.tensors()) {
+    Real* p = v.data() + t.offset;
+    const std::string& n = t.name;
+    auto ends_with = [&](const char* s) {
+      size_t l = std::strlen(s);
+      return n.size() >= l && n.compare(n.size() - l, l, s) == 0;
+    };
+    if (t.group == ParamGroup::kEmbedding) {
+      for (size_t i = 0; i < t.numel; ++i)
+        p[i] = static_cast<Real>(static_cast<float>(rng.normal()));
+    } else if (ends_with("c_proj.weight") || n == "lm_head.weight") {
+      std::fill(p, p + t.numel, Real(0));
+    } else if (t.group == ParamGroup::kMatrix) {
+      const double fan_in = static_cast<double>(t.shape.back());
+      const double bound = std::sqrt(3.0) * 0.5 / std::sqrt(fan_in);
+      for (size_t i = 0; i < t.numel; ++i)
+        p[i] = static_cast<Real>(static_cast<float>(rng.uniform(-bound, bound)));
+    } else if (ends_with("attn.lambdas")) {
+      p[0] = Real(0.5);
+      p[1] = Real(0.5);
+    } else if (ends_with("lambdas")) {
+      p[0] = Real(1);
+      p[1] = Real(0);
+    } else if (n == "skip_weights") {
+      std::fill(p, p + t.numel, Real(1));
+    }
+  }
+}
+
+template <class Real>
+typename GptT<Real>::LayerWeights GptT<Real>::weights_of(Real* base, int64_t i) {
+  LayerWeights w;
+  auto at = [&](const char* suffix) { return base + params_.info(block_name(i, suffix)).offset; };
+  if (config_.has_attention(i)) {
+    w.qkv_w = at("attn.qkv_w");
+    w.attn_lambdas = at("attn.lambdas");
+    w.attn_proj = at("attn.c_proj.weight");
+  }
+  w.c_fc = at("mlp.c_fc.weight");
+  w.mlp_proj = at("mlp.c_proj.weight");
+  w.lambdas = at("lambdas");
+  return w;
+}
+
+template <class Real>
+int64_t GptT<Real>::layer_window(int64_t layer, int64_t window_blocks) const {
+  return config_.is_long_window(layer) ? window_blocks : std::max<int64_t>(1, window_blocks / 2);
+}
+
+template <class Real>
+void GptT<Real>::ensure_capacity(int64_t T) {
+  const int64_t d = config_.model_dim, HD = config_.num_heads * config_.head_dim;
+  const int64_t H = config_.num_heads;
+  if (rotary_.max_positions() < T) rotary_ = RotaryTableT<Real>(T, config_.head_dim);
+  resize(tokens_, T);
+  resize(doc_, T);
+  resize(x0_, T * d);
+  resize(rstd0_, T);
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    LayerActivations& A = layers_[static_cast<size_t>(i)];
+    resize(A.x_in, T * d);
+    resize(A.x_mix, T * d);
+    resize(A.x_attn, T * d);
+    resize(A.norm2, T * d);
+    resize(A.rstd2, T);
+    resize(A.h_pre, T * 4 * d);
+    resize(A.x_out, T * d);
+    if (config_.has_attention(i)) {
+      resize(A.norm1, T * d);
+      resize(A.rstd1, T);
+      resize(A.qkv_raw, T * 3 * HD);
+      resize(A.rstd_qk, T * 2 * H);
+      resize(A.qkv, T * 3 * HD);
+      resize(A.attn_out, T * HD);
+      resize(A.lse, H * T);
+    }
+  }
+  resize(final_norm_, T * d);
+  resize(rstd_final_, T);
+  resize(dx_, T * d);
+  resize(dx0_, T * d);
+  resize(dtmp_, T * 4 * d);
+  resize(dh_, T * 4 * d);
+  resize(dqkv_, T * 3 * HD);
+  resize(dattn_, T * HD);
+  resize(dnorm_, T * d);
+  for (auto& s : dskip_) resize(s, T * d);
+}
+
+template <class Real>
+void GptT<Real>::compute_doc_ids(std::span<const int32_t> inputs) {
+  // An EOT token belongs to the document it starts.
+  int32_t doc = 0;
+  for (size_t t = 0; t < inputs.size(); ++t) {
+    if (inputs[t] == config_.eot_id) ++doc;
+    doc_[t] = doc;
+  }
+}
+
+template <class Real>
+void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks) {
+  const int64_t T = static_cast<int64_t>(inputs.size());
+  const int64_t d = config_.model_dim, H = config_.num_heads, D = config_.head_dim;
+  const int64_t HD = H * D, L = config_.num_layers, n = L / 2, V = config_.vocab_size;
+  if (T == 0) throw InputError("cannot run the model on an empty sequence");
+  ensure_capacity(T);
+  T_ = T;
+  window_blocks_ = window_blocks;
+  for (int64_t t = 0; t < T; ++t) {
+    if (inputs[t] < 0 || inputs[t] >= V) {
+      throw InputError("token id " + std::to_string(inputs[t]) + " at position " +
+                       std::to_string(t) + " is outside the vocabulary (" + std::to_string(V) +
+                       ")");
+    }
+    tokens_[t] = inputs[t];
+  }
+  compute_doc_ids(inputs);
+
+  Real* base = params_.values().data();
+  const Real* embed = params_.data("embed.weight");
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(&x0_[t * d], embed + tokens_[t] * d, d * sizeof(Real));
+  rmsnorm_forward(x0_.data(), d, x0_.data(), d, rstd0_.data(), T, d);
+
+  const Real* x_prev = x0_.data();
+  for (int64_t i = 0; i < L; ++i) {
+    LayerActivations& A = layers_[static_cast<size_t>(i)];
+    LayerWeights w = weights_of(base, i);
+    if (i >= n) {
+      const Real s = params_.data("skip_weights")[i - n];
+      const Real* src = layers_[static_cast<size_t>(L - 1 - i)].x_out.data();
+      for (int64_t j = 0; j < T * d; ++j) A.x_in[j] = x_prev[j] + s * src[j];
+    } else {
+      std::memcpy(A.x_in.data(), x_prev, T * d * sizeof(Real));
+    }
+    const Real l0 = w.lambdas[0], l1 = w.lambdas[1];
+    for (int64_t j = 0; j < T * d; ++j) A.x_mix[j] = l0 * A.x_in[j] + l1 * x0_[j];
+
+    std::memcpy(A.x_attn.data(), A.x_mix.data(), T * d * sizeof(Real));
+    if (config_.has_attention(i)) {
+      rmsnorm_forward(A.x_mix.data(), d, A.norm1.data(), d, A.rstd1.data(), T, d);
+      model_gemm(Trans::kNo, Trans::kYes, T, 3 * HD, d, Real(1), A.norm1.data(), d, w.qkv_w, d,
+                 Real(0), A.qkv_raw.data(), 3 * HD);
+      const int ve_index = config_.value_embed_index(i);
+      const Real* ve = ve_index < 0
+                           ? nullptr
+                           : params_.data("value_embeds." + std::to_string(ve_index) + ".weight");
+      const Real la0 = w.attn_lambdas[0], la1 = w.attn_lambdas[1];
+      for (int64_t t = 0; t < T; ++t) {
+        const Real* raw = &A.qkv_raw[t * 3 * HD];
+        Real* out = &A.qkv[t * 3 * HD];
+        // q and k: 2H heads of D, normalised per head, then rotated.
+        rmsnorm_forward(raw, D, out, D, &A.rstd_qk[t * 2 * H], 2 * H, D);
+        rotary_.apply(out, 2 * H, t);
+        const Real* vrow = ve == nullptr ? nullptr : ve + tokens_[t] * d;
+        for (int64_t e = 0; e < HD; ++e) {
+          out[2 * HD + e] = la0 * raw[2 * HD + e] + (vrow != nullptr ? la1 * vrow[e] : Real(0));
+        }
+      }
+      AttentionArgs<Real> ap;
+      ap.T = T;
+      ap.H = H;
+      ap.D = D;
+      ap.q = A.qkv.data();
+      ap.k = A.qkv.data() + HD;
+      ap.v = A.qkv.data() + 2 * HD;
+      ap.ld = 3 * HD;
+      ap.doc = doc_.data();
+      ap.window_blocks = layer_window(i, window_blocks);
+      ap.block_size = config_.block_size;
+      ap.scale = static_cast<float>(config_.attn_scale);
+      model_attention_forward(ap, A.attn_out.data(), A.lse.data());
+      model_gemm(Trans::kNo, Trans::kYes, T, d, HD, Real(1), A.attn_out.data(), HD, w.attn_proj, HD,
+                 Real(1), A.x_attn.data(), d);
+    }
+    rmsnorm_forward(A.x_attn.data(), d, A.norm2.data(), d, A.rstd2.data(), T, d);
+    model_gemm(Trans::kNo, Trans::kYes, T, 4 * d, d, Real(1), A.norm2.data(), d, w.c_fc, d, Real(0),
+               A.h_pre.data(), 4 * d);
+    relu_squared_forward(A.h_pre.data(), dh_.data(), T * 4 * d);
+    std::memcpy(A.x_out.data(), A.x_attn.data(), T * d * sizeof(Real));
+    model_gemm(Trans::kNo, Trans::kYes, T, d, 4 * d, Real(1), dh_.data(), 4 * d, w.mlp_proj, 4 * d,
+               Real(1), A.x_out.data(), d);
+    x_prev = A.x_out.data();
+  }
+  rmsnorm_forward(x_prev, d, final_norm_.data(), d, rstd_final_.data(), T, d);
+}
+
+namespace {
+
+template <class Real>
+LossArgs<Real> loss_params(const Config& c, const Real* x, const Real* W, const int32_t* targets,
+                           int64_t T) {
+  LossArgs<Real> p;
+  p.T = T;
+  p.d = c.model_dim;
+  p.V = c.vocab_padded();
+  p.x = x;
+  p.W = W;
+  p.targets = targets;
+  p.softcap = static_cast<float>(c.logit_softcap);
+  p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(c.model_dim)));
+  p.fp8 = c.fp8_head;
+  return p;
+}
+
+void check_targets(std::span<const int32_t> targets, int64_t T, int64_t V) {
+  if (static_cast<int64_t>(targets.size()) != T) {
+    throw InputError("targets (" + std::to_string(targets.size()) + ") and inputs (" +
+                     std::to_string(T) + ") differ in length");
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    if (targets[t] < 0 || targets[t] >= V) {
+      throw InputError("target id " + std::to_string(targets[t]) + " at position " +
+                       std::to_string(t) + " is outside the vocabulary (" + std::to_string(V) +
+                       ")");
+    }
+  }
+}
+
+}  // namespace
+
+template <class Real>
+double GptT<Real>::forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                                int64_t window_blocks, Real* per_token) {
+  check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
+  forward(inputs, window_blocks);
+  LossArgs<Real> p =
+      loss_params(config_, final_norm_.data(), params_.data("lm_head.weight"), targets.data(), T_);
+  return model_loss_forward(p, per_token);
+}
+
+template <class Real>
+double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
+                                    std::span<const int32_t> targets, int64_t window_blocks,
+                                    float loss_scale) {
+  check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
+  forward(inputs, window_blocks);
+  const int64_t T = T_;
+  const int64_t d = config_.model_dim, H = config_.num_heads, D = config_.head_dim;
+  const int64_t HD = H * D, L = config_.num_layers, n = L / 2;
+  Real* base = params_.values().data();
+  Real* gbase = grads_.data();
+  auto grad_of = [&](const std::string& name) { return gbase + params_.info(name).offset; };
+
+  // Head: fused lm_head + soft-cap + cross-entropy, then the final norm.
+  LossArgs<Real> p =
+      loss_params(config_, final_norm_.data(), params_.data("lm_head.weight"), targets.data(), T);
+  p.loss_scale = loss_scale;
+  const double loss_sum = model_loss_backward(p, dnorm_.data(), grad_of("lm_head.weight"));
+  rmsnorm_backward(final_norm_.data(), d, rstd_final_.data(), dnorm_.data(), d, dx_.data(), d, T, d,
+                   false);
+
+  std::fill(dx0_.begin(), dx0_.end(), Real(0));
+  for (auto& s : dskip_) std::fill(s.begin(), s.end(), Real(0));
+  Real* dx = dx_.data();
+  Real* skip_grad = grad_of("skip_weights");
+  const Real* skip_w = params_.data("skip_weights");
+
+  for (int64_t i = L - 1; i >= 0; --i) {
+    LayerActivations& A = layers_[static_cast<size_t>(i)];
+    LayerWeights w = weights_of(base, i);
+    LayerWeights g = weights_of(gbase, i);
+    // dx is the gradient of this block's output; the first half's outputs also fed a skip.
+    if (i < n) {
+      const Real* ds = dskip_[static_cast<size_t>(i)].data();
+      for (int64_t j = 0; j < T * d; ++j) dx[j] += ds[j];
+    }
+
+    // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ
+    Real* h = dtmp_.data();
+    relu_squared_forward(A.h_pre.data(), h, T * 4 * d);
+    model_gemm(Trans::kYes, Trans::kNo, d, 4 * d, T, Real(1), dx, d, h, 4 * d, Real(1), g.mlp_proj,
+               4 * d);
+    model_gemm(Trans::kNo, Trans::kNo, T, 4 * d, d, Real(1), dx, d, w.mlp_proj, 4 * d, Real(0),
+               dh_.data(), 4 * d);
+    relu_squared_backward(A.h_pre.data(), dh_.data(), dh_.data(), T * 4 * d);
+    model_gemm(Trans::kYes, Trans::kNo, 4 * d, d, T, Real(1), dh_.data(), 4 * d, A.norm2.data(), d,
+               Real(1), g.c_fc, d);
+    model_gemm(Trans::kNo, Trans::kNo, T, d, 4 * d, Real(1), dh_.data(), 4 * d, w.c_fc, d, Real(0),
+               dnorm_.data(), d);
+    rmsnorm_backward(A.norm2.data(), d, A.rstd2.data(), dnorm_.data(), d, dx, d, T, d, true);
+    // dx is now d(x_attn).
+
+    if (config_.has_attention(i)) {
+      model_gemm(Trans::kYes, Trans::kNo, d, HD, T, Real(1), dx, d, A.attn_out.data(), HD, Real(1),
+                 g.attn_proj, HD);
+      model_gemm(Trans::kNo, Trans::kNo, T, HD, d, Real(1), dx, d, w.attn_proj, HD, Real(0),
+                 dattn_.data(), HD);
+      AttentionArgs<Real> ap;
+      ap.T = T;
+      ap.H = H;
+      ap.D = D;
+      ap.q = A.qkv.data();
+      ap.k = A.qkv.data() + HD;
+      ap.v = A.qkv.data() + 2 * HD;
+      ap.ld = 3 * HD;
+      ap.doc = doc_.data();
+      ap.window_blocks = layer_window(i, window_blocks_);
+      ap.block_size = config_.block_size;
+      ap.scale = static_cast<float>(config_.attn_scale);
+      model_attention_backward(ap, A.attn_out.data(), A.lse.data(), dattn_.data(), dqkv_.data(),
+                               dqkv_.data() + HD, dqkv_.data() + 2 * HD);
+
+      // v = λa0·v_raw + λa1·ve
+      const int ve_index = config_.value_embed_index(i);
+      const Real* ve = nullptr;
+      Real* dve = nullptr;
+      if (ve_index >= 0) {
+        std::string name = "value_embeds." + std::to_string(ve_index) + ".weight";
+        ve = params_.data(name);
+        dve = grad_of(name);
+      }
+      const Real la0 = w.attn_lambdas[0], la1 = w.attn_lambdas[1];
+      double dla0 = 0, dla1 = 0;
+      std::vector<Real>& qk_norm = dtmp_;  // reused: normalised q, k of one token before RoPE
+      for (int64_t t = 0; t < T; ++t) {
+        Real* drow = &dqkv_[t * 3 * HD];
+        const Real* raw = &A.qkv_raw[t * 3 * HD];
+        const Real* vrow = ve == nullptr ? nullptr : ve + tokens_[t] * d;
+        Real* dvrow = dve == nullptr ? nullptr : dve + tokens_[t] * d;
+        for (int64_t e = 0; e < HD; ++e) {
+          const Real gv = drow[2 * HD + e];
+          dla0 += static_cast<double>(gv) * raw[2 * HD + e];
+          if (vrow != nullptr) {
+            dla1 += static_cast<double>(gv) * vrow[e];
+            dvrow[e] += la1 * gv;
+          }
+          drow[2 * HD + e] = la0 * gv;
+        }
+        // q, k: undo the rotation on the gradient, then the per-head norm.
+        rotary_.apply_inverse(drow, 2 * H, t);
+        Real* y = qk_norm.data();
+        std::memcpy(y, &A.qkv[t * 3 * HD], 2 * HD * sizeof(Real));
+        rotary_.apply_inverse(y, 2 * H, t);
+        rmsnorm_backward(y, D, &A.rstd_qk[t * 2 * H], drow, D, drow, D, 2 * H, D, false);
+      }
+      g.attn_lambdas[0] += static_cast<Real>(dla0);
+      g.attn_lambdas[1] += static_cast<Real>(dla1);
+      model_gemm(Trans::kYes, Trans::kNo, 3 * HD, d, T, Real(1), dqkv_.data(), 3 * HD,
+                 A.norm1.data(), d, Real(1), g.qkv_w, d);
+      model_gemm(Trans::kNo, Trans::kNo, T, d, 3 * HD, Real(1), dqkv_.data(), 3 * HD, w.qkv_w, d,
+                 Real(0), dnorm_.data(), d);
+      rmsnorm_backward(A.norm1.data(), d, A.rstd1.data(), dnorm_.data(), d, dx, d, T, d, true);
+    }
+    // dx is now d(x_mix); x_mix = λ0·x_in + λ1·x0.
+    const Real l0 = w.lambdas[0], l1 = w.lambdas[1];
+    double dl0 = 0, dl1 = 0;
+    for (int64_t j = 0; j < T * d; ++j) {
+      const Real gm = dx[j];
+      dl0 += static_cast<double>(gm) * A.x_in[j];
+      dl1 += static_cast<double>(gm) * x0_[j];
+      dx0_[j] += l1 * gm;
+      dx[j] = l0 * gm;
+    }
+    g.lambdas[0] += static_cast<Real>(dl0);
+    g.lambdas[1] += static_cast<Real>(dl1);
+    // dx is now d(x_in); for the second half x_in = x_prev + s·skip_source.
+    if (i >= n) {
+      const int64_t src_layer = L - 1 - i;
+      const Real* src = layers_[static_cast<size_t>(src_layer)].x_out.data();
+      const Real s = skip_w[i - n];
+      Real* ds = dskip_[static_cast<size_t>(src_layer)].data();
+      double dsw = 0;
+      for (int64_t j = 0; j < T * d; ++j) {
+        dsw += static_cast<double>(dx[j]) * src[j];
+        ds[j] += s * dx[j];
+      }
+      skip_grad[i - n] += static_cast<Real>(dsw);
+    }
+  }
+  // The first block's input is x0 itself.
+  for (int64_t j = 0; j < T * d; ++j) dx0_[j] += dx[j];
+  rmsnorm_backward(x0_.data(), d, rstd0_.data(), dx0_.data(), d, dnorm_.data(), d, T, d, false);
+  Real* gembed = grad_of("embed.weight");
+  for (int64_t t = 0; t < T; ++t) {
+    Real* row = gembed + tokens_[t] * d;
+    const Real* src = &dnorm_[t * d];
+    for (int64_t e = 0; e < d; ++e) row[e] += src[e];
+  }
+  return loss_sum;
+}
+
+template class GptT<float>;
+template class GptT<double>;
+
+}  // namespace nanogpt

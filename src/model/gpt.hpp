@@ -1,0 +1,109 @@
+// The modded-nanogpt GPT (seed 003, record of May 2025) with an explicit forward and backward
+// per layer, in the style of llm.c: every activation the backward needs has a name below.
+//
+//   x = x0 = rmsnorm(embed(tokens))
+//   for each block i (U-net: the first L/2 outputs are pushed, block i >= L/2 adds
+//   skip_weights[i - L/2] · pop() first):
+//     x = λ0·x + λ1·x0
+//     x += c_proj(attention(rope(rmsnorm_h(q)), rope(rmsnorm_h(k)), λa0·v + λa1·ve))  (q,k,v from
+//          qkv_w · rmsnorm(x); skipped in attention-free layers)
+//     x += c_proj(relu(c_fc(rmsnorm(x)))²)
+//   loss = cross_entropy(30·σ(lm_head(rmsnorm(x)) / (7.5·√d)), targets)
+//
+// Activations are kept (not recomputed), except relu² which the backward recomputes from its
+// input; attention keeps only its output and log-sum-exp and recomputes scores.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/rotary.hpp"
+#include "model/config.hpp"
+#include "model/parameters.hpp"
+
+namespace nanogpt {
+
+// Real is float for training; double instantiates the same math with float64 reference
+// kernels for finite-difference checks.
+template <class Real>
+class GptT {
+ public:
+  explicit GptT(const Config& config);
+
+  const Config& config() const { return config_; }
+  ParameterSetT<Real>& params() { return params_; }
+  const ParameterSetT<Real>& params() const { return params_; }
+  std::vector<Real>& grads() { return grads_; }
+  const std::vector<Real>& grads() const { return grads_; }
+  void zero_grads();
+
+  // The seed's initialisation: linear weights uniform ±√3·0.5·fan_in^-½; attn.c_proj,
+  // mlp.c_proj and lm_head zero; embeddings standard normal; lambdas (1, 0) and (0.5, 0.5);
+  // skip weights 1.
+  void init_parameters(uint64_t seed);
+
+  // One sequence: forward, loss, backward. Gradients of loss_scale·Σ_t loss_t are ADDED to
+  // grads() (so several sequences accumulate). `window_blocks` is the long-layer window W;
+  // short layers use max(1, W/2). Returns Σ_t loss_t.
+  double forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                          int64_t window_blocks, float loss_scale);
+  // Forward only. per_token (nullable) receives each position's loss. Returns Σ_t loss_t.
+  double forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                      int64_t window_blocks, Real* per_token = nullptr);
+
+  // Intermediate activations of the last forward, for tests against the reference.
+  const std::vector<Real>& x0() const { return x0_; }
+  const std::vector<Real>& block_output(int64_t layer) const { return layers_[layer].x_out; }
+  const std::vector<Real>& final_norm() const { return final_norm_; }
+
+  int64_t layer_window(int64_t layer, int64_t window_blocks) const;
+
+ private:
+  struct LayerWeights {
+    Real *qkv_w = nullptr, *attn_lambdas = nullptr, *attn_proj = nullptr;
+    Real *c_fc = nullptr, *mlp_proj = nullptr, *lambdas = nullptr;
+  };
+  struct LayerActivations {
+    std::vector<Real> x_in;      // [T, d] block input (after the skip)
+    std::vector<Real> x_mix;     // [T, d] λ0·x_in + λ1·x0
+    std::vector<Real> norm1;     // [T, d] rmsnorm(x_mix)
+    std::vector<Real> rstd1;     // [T]
+    std::vector<Real> qkv_raw;   // [T, 3·H·D] qkv_w · norm1
+    std::vector<Real> rstd_qk;   // [T, 2·H] per-head norms of q and k
+    std::vector<Real> qkv;       // [T, 3·H·D] attention inputs: rope'd q, k; mixed v
+    std::vector<Real> attn_out;  // [T, H·D]
+    std::vector<Real> lse;       // [H, T]
+    std::vector<Real> x_attn;    // [T, d] after the attention residual
+    std::vector<Real> norm2;     // [T, d]
+    std::vector<Real> rstd2;     // [T]
+    std::vector<Real> h_pre;     // [T, 4d] c_fc · norm2 (relu² recomputed in the backward)
+    std::vector<Real> x_out;     // [T, d] block output
+  };
+
+  LayerWeights weights_of(Real* base, int64_t layer);
+  void forward(std::span<const int32_t> inputs, int64_t window_blocks);
+  void ensure_capacity(int64_t T);
+  void compute_doc_ids(std::span<const int32_t> inputs);
+
+  Config config_;
+  ParameterSetT<Real> params_;
+  std::vector<Real> grads_;
+  RotaryTableT<Real> rotary_;
+  int64_t T_ = 0;              // length of the last forward
+  int64_t window_blocks_ = 1;  // its long-layer window
+
+  std::vector<int32_t> tokens_, doc_;
+  std::vector<Real> x0_, rstd0_;
+  std::vector<LayerActivations> layers_;
+  std::vector<Real> final_in_, final_norm_, rstd_final_;
+  // Backward scratch.
+  std::vector<Real> dx_, dx0_, dtmp_, dh_, dqkv_, dattn_, dnorm_;
+  std::vector<std::vector<Real>> dskip_;
+};
+
+using Gpt = GptT<float>;
+extern template class GptT<float>;
+extern template class GptT<double>;
+
+}  // namespace nanogpt

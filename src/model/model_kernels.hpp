@@ -1,0 +1,52 @@
+// The kernels the GPT's math calls, for each scalar type it is instantiated with: float uses
+// the fast kernels (src/kernels/), double uses plain float64 references, so the same model code
+// can be checked by finite differences in float64.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/gemm.hpp"
+
+namespace nanogpt {
+
+template <class Real>
+struct AttentionArgs {
+  int64_t T = 0, H = 0, D = 0;
+  const Real *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t ld = 0;
+  const int32_t* doc = nullptr;
+  int64_t window_blocks = 1, block_size = 128;
+  float scale = 0.12f;
+};
+
+template <class Real>
+struct LossArgs {
+  int64_t T = 0, d = 0, V = 0;
+  const Real* x = nullptr;
+  const Real* W = nullptr;
+  const int32_t* targets = nullptr;
+  float softcap = 30.0f, softcap_divisor = 1.0f;
+  bool fp8 = false;
+  float loss_scale = 1.0f;
+};
+
+void model_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void model_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+
+void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse);
+void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse);
+void model_attention_backward(const AttentionArgs<float>& a, const float* out, const float* lse,
+                              const float* dout, float* dq, float* dk, float* dv);
+void model_attention_backward(const AttentionArgs<double>& a, const double* out, const double* lse,
+                              const double* dout, double* dq, double* dk, double* dv);
+
+// Σ_t loss_t of the soft-capped head; per_token may be null.
+double model_loss_forward(const LossArgs<float>& a, float* per_token);
+double model_loss_forward(const LossArgs<double>& a, double* per_token);
+// Same value; dx overwritten, dW accumulated, both for loss_scale·Σ_t loss_t.
+double model_loss_backward(const LossArgs<float>& a, float* dx, float* dW);
+double model_loss_backward(const LossArgs<double>& a, double* dx, double* dW);
+
+}  // namespace nanogpt

@@ -1,0 +1,159 @@
+// double: plain float64 references of every kernel the model calls. They materialise what
+// the fast kernels avoid (T×T scores, T×V logits) and are only meant for small numerical
+// checks such as the model's finite-difference test.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "model/model_kernels.hpp"
+#include "runtime/error.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+double at(const double* X, int64_t ld, Trans t, int64_t r, int64_t c) {
+  return t == Trans::kNo ? X[r * ld + c] : X[c * ld + r];
+}
+
+bool visible(const AttentionArgs<double>& a, int64_t i, int64_t j) {
+  return j <= i && a.doc[i] == a.doc[j] && i / a.block_size - j / a.block_size < a.window_blocks;
+}
+
+// Probabilities of query i, head h over keys 0..i (zero where masked).
+void attention_row(const AttentionArgs<double>& a, int64_t h, int64_t i, std::vector<double>& p) {
+  p.assign(static_cast<size_t>(i + 1), 0.0);
+  double mx = -INFINITY;
+  for (int64_t j = 0; j <= i; ++j) {
+    if (!visible(a, i, j)) continue;
+    double s = 0;
+    for (int64_t e = 0; e < a.D; ++e)
+      s += a.q[i * a.ld + h * a.D + e] * a.k[j * a.ld + h * a.D + e];
+    p[static_cast<size_t>(j)] = s * static_cast<double>(a.scale);
+    mx = std::max(mx, p[static_cast<size_t>(j)]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j <= i; ++j) {
+    if (!visible(a, i, j)) continue;
+    p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx);
+    sum += p[static_cast<size_t>(j)];
+  }
+  for (int64_t j = 0; j <= i; ++j)
+    p[static_cast<size_t>(j)] = visible(a, i, j) ? p[static_cast<size_t>(j)] / sum : 0.0;
+}
+
+double capped(const LossArgs<double>& a, int64_t t, int64_t v, double* dcap) {
+  double z = 0;
+  for (int64_t e = 0; e < a.d; ++e) z += a.x[t * a.d + e] * a.W[v * a.d + e];
+  const double s = 1.0 / (1.0 + std::exp(-z / a.softcap_divisor));
+  if (dcap != nullptr) *dcap = a.softcap * s * (1 - s) / a.softcap_divisor;
+  return a.softcap * s;
+}
+
+}  // namespace
+
+void model_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += at(A, lda, ta, i, k) * at(B, ldb, tb, k, j);
+      C[i * ldc + j] = alpha * sum + (beta == 0.0 ? 0.0 : beta * C[i * ldc + j]);
+    }
+  }
+}
+
+void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse) {
+  std::vector<double> p;
+  for (int64_t h = 0; h < a.H; ++h) {
+    for (int64_t i = 0; i < a.T; ++i) {
+      attention_row(a, h, i, p);
+      for (int64_t e = 0; e < a.D; ++e) {
+        double y = 0;
+        for (int64_t j = 0; j <= i; ++j)
+          y += p[static_cast<size_t>(j)] * a.v[j * a.ld + h * a.D + e];
+        out[i * a.H * a.D + h * a.D + e] = y;
+      }
+      lse[h * a.T + i] = 0;  // unused by this reference's backward
+    }
+  }
+}
+
+void model_attention_backward(const AttentionArgs<double>& a, const double*, const double*,
+                              const double* dout, double* dq, double* dk, double* dv) {
+  for (int64_t i = 0; i < a.T; ++i) {
+    for (int64_t e = 0; e < a.H * a.D; ++e)
+      dq[i * a.ld + e] = dk[i * a.ld + e] = dv[i * a.ld + e] = 0;
+  }
+  std::vector<double> p, dp;
+  for (int64_t h = 0; h < a.H; ++h) {
+    for (int64_t i = 0; i < a.T; ++i) {
+      attention_row(a, h, i, p);
+      const double* go = dout + i * a.H * a.D + h * a.D;
+      dp.assign(p.size(), 0.0);
+      double dot = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        if (p[static_cast<size_t>(j)] == 0.0) continue;
+        double g = 0;
+        for (int64_t e = 0; e < a.D; ++e) {
+          g += go[e] * a.v[j * a.ld + h * a.D + e];
+          dv[j * a.ld + h * a.D + e] += p[static_cast<size_t>(j)] * go[e];
+        }
+        dp[static_cast<size_t>(j)] = g;
+        dot += p[static_cast<size_t>(j)] * g;
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        if (p[static_cast<size_t>(j)] == 0.0) continue;
+        const double ds = p[static_cast<size_t>(j)] * (dp[static_cast<size_t>(j)] - dot) * a.scale;
+        for (int64_t e = 0; e < a.D; ++e) {
+          dq[i * a.ld + h * a.D + e] += ds * a.k[j * a.ld + h * a.D + e];
+          dk[j * a.ld + h * a.D + e] += ds * a.q[i * a.ld + h * a.D + e];
+        }
+      }
+    }
+  }
+}
+
+double model_loss_forward(const LossArgs<double>& a, double* per_token) {
+  if (a.fp8) throw Error("the float64 reference head has no FP8 mode");
+  double total = 0;
+  std::vector<double> y(static_cast<size_t>(a.V));
+  for (int64_t t = 0; t < a.T; ++t) {
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < a.V; ++v)
+      mx = std::max(mx, y[static_cast<size_t>(v)] = capped(a, t, v, nullptr));
+    double sum = 0;
+    for (int64_t v = 0; v < a.V; ++v) sum += std::exp(y[static_cast<size_t>(v)] - mx);
+    const double loss = mx + std::log(sum) - y[static_cast<size_t>(a.targets[t])];
+    if (per_token != nullptr) per_token[t] = loss;
+    total += loss;
+  }
+  return total;
+}
+
+double model_loss_backward(const LossArgs<double>& a, double* dx, double* dW) {
+  const double total = model_loss_forward(a, nullptr);
+  std::vector<double> y(static_cast<size_t>(a.V)), dcap(static_cast<size_t>(a.V));
+  for (int64_t t = 0; t < a.T; ++t) {
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < a.V; ++v) {
+      y[static_cast<size_t>(v)] = capped(a, t, v, &dcap[static_cast<size_t>(v)]);
+      mx = std::max(mx, y[static_cast<size_t>(v)]);
+    }
+    double sum = 0;
+    for (int64_t v = 0; v < a.V; ++v) sum += std::exp(y[static_cast<size_t>(v)] - mx);
+    for (int64_t e = 0; e < a.d; ++e) dx[t * a.d + e] = 0;
+    for (int64_t v = 0; v < a.V; ++v) {
+      const double prob = std::exp(y[static_cast<size_t>(v)] - mx) / sum;
+      const double g =
+          (prob - (v == a.targets[t] ? 1.0 : 0.0)) * dcap[static_cast<size_t>(v)] * a.loss_scale;
+      for (int64_t e = 0; e < a.d; ++e) {
+        dx[t * a.d + e] += g * a.W[v * a.d + e];
+        dW[v * a.d + e] += g * a.x[t * a.d + e];
+      }
+    }
+  }
+  return total;
+}
+
+}  // namespace nanogpt

@@ -1,0 +1,66 @@
+// All trainable tensors of a model in one contiguous buffer, each with its PyTorch name, shape
+// and the optimizer group it belongs to. Gradients use the same layout, so zeroing,
+// checkpointing and finiteness checks are single passes. Templated on the scalar type so the
+// same model runs in float32 (training) and float64 (numerical checks).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/error.hpp"
+
+namespace nanogpt {
+
+enum class ParamGroup {
+  kMatrix,     // hidden matrices of the blocks: Muon
+  kEmbedding,  // token and value embeddings: Adam
+  kHead,       // lm_head: Adam
+  kScalar,     // lambdas and skip weights: Adam
+};
+
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;
+  size_t numel = 0;
+  ParamGroup group = ParamGroup::kScalar;
+};
+
+template <class Real>
+class ParameterSetT {
+ public:
+  void add(const std::string& name, std::vector<int64_t> shape, ParamGroup group) {
+    size_t numel = 1;
+    for (int64_t s : shape) numel *= static_cast<size_t>(s);
+    index_[name] = tensors_.size();
+    tensors_.push_back({name, std::move(shape), total_, numel, group});
+    total_ += numel;
+  }
+  // Allocates storage (zeroed) once all tensors are added.
+  void allocate() { values_.assign(total_, Real(0)); }
+
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  const ParamTensor& info(const std::string& name) const {
+    auto it = index_.find(name);
+    if (it == index_.end()) throw Error("internal: no parameter named '" + name + "'");
+    return tensors_[it->second];
+  }
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  Real* data(const std::string& name) { return values_.data() + info(name).offset; }
+  const Real* data(const std::string& name) const { return values_.data() + info(name).offset; }
+  std::vector<Real>& values() { return values_; }
+  const std::vector<Real>& values() const { return values_; }
+  size_t size() const { return values_.size(); }
+
+ private:
+  std::vector<ParamTensor> tensors_;
+  std::unordered_map<std::string, size_t> index_;
+  std::vector<Real> values_;
+  size_t total_ = 0;
+};
+
+using ParameterSet = ParameterSetT<float>;
+
+}  // namespace nanogpt

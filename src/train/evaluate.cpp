@@ -1,0 +1,36 @@
+#include "train/evaluate.hpp"
+
+#include "data/token_loader.hpp"
+#include "runtime/error.hpp"
+
+namespace nanogpt {
+
+EvalResult evaluate(Gpt& model, const std::string& pattern, int64_t tokens, int64_t seq_len,
+                    int64_t window_blocks) {
+  if (seq_len <= 0 || tokens < seq_len || tokens % seq_len != 0) {
+    throw InputError("evaluation tokens (" + std::to_string(tokens) +
+                     ") must be a positive multiple of the sequence length (" +
+                     std::to_string(seq_len) + ")");
+  }
+  LoaderOptions o;
+  o.pattern = pattern;
+  o.batch_tokens = static_cast<uint64_t>(seq_len);
+  o.vocab_size = static_cast<uint32_t>(model.config().vocab_size);
+  TokenLoader loader(o);
+  std::vector<int32_t> inputs, targets;
+  double sum = 0;
+  const int64_t sequences = tokens / seq_len;
+  for (int64_t s = 0; s < sequences; ++s) {
+    try {
+      loader.next(inputs, targets);
+    } catch (const InputError& e) {
+      throw InputError("validation data '" + pattern + "' holds fewer than " +
+                       std::to_string(tokens) + " tokens in sequences of " +
+                       std::to_string(seq_len) + " (" + e.what() + "); lower val_tokens");
+    }
+    sum += model.forward_loss(inputs, targets, window_blocks);
+  }
+  return {sum / static_cast<double>(tokens), tokens};
+}
+
+}  // namespace nanogpt

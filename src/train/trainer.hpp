@@ -1,0 +1,39 @@
+// `nanogpt train`: the training loop of the seed on the CPU — batches from the loader,
+// forward/backward with gradient accumulation, Muon + Adam, validation, metrics, checkpoints
+// and exact resume.
+#pragma once
+
+#include <string>
+
+#include "model/config.hpp"
+
+namespace nanogpt {
+
+struct TrainOptions {
+  Config config;
+  std::string train_pattern;
+  std::string val_pattern;
+  std::string run_dir;
+  bool resume = false;
+  std::string command_line;  // recorded in run.json
+  bool live_line = true;     // only drawn when stderr is a terminal
+  int64_t max_steps = 0;  // stop (with a checkpoint) after this many steps of this run; 0: no limit
+};
+
+struct TrainResult {
+  int64_t steps_run = 0;
+  int64_t final_step = 0;
+  double final_val_loss = 0;  // NaN if never evaluated
+  double final_train_loss = 0;
+  double tokens_per_second = 0;
+  bool interrupted = false;
+  std::string last_checkpoint;
+};
+
+TrainResult train(const TrainOptions& options);
+
+// Set by SIGINT/SIGTERM; the loop finishes its step, checkpoints and returns.
+void request_stop();
+bool stop_requested();
+
+}  // namespace nanogpt

@@ -1,0 +1,97 @@
+#include <gtest/gtest.h>
+
+#include "model/config.hpp"
+#include "runtime/error.hpp"
+#include "runtime/file_io.hpp"
+#include "test_support.hpp"
+
+namespace nanogpt {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError";
+  return "";
+}
+
+TEST(Config, SpeedrunPresetIsTheSeedsRecord) {
+  Config c = preset("speedrun");
+  EXPECT_EQ(c.vocab_size, 50257);
+  EXPECT_EQ(c.vocab_padded(), 50304);
+  EXPECT_EQ(c.num_layers, 12);
+  EXPECT_EQ(c.num_heads, 6);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.model_dim, 768);
+  EXPECT_EQ(c.train_seq_len, 48 * 1024);
+  EXPECT_EQ(c.num_iterations, 1770);
+  EXPECT_TRUE(c.fp8_head);
+  EXPECT_FALSE(c.has_attention(7));
+  // long, short, short, short, long, short, short, long, short, short, short, long
+  std::string pattern;
+  for (int i = 0; i < 12; ++i) pattern += c.is_long_window(i) ? 'L' : 's';
+  EXPECT_EQ(pattern, "LsssLssLsssL");
+  EXPECT_EQ(c.value_embed_index(0), 0);
+  EXPECT_EQ(c.value_embed_index(2), 2);
+  EXPECT_EQ(c.value_embed_index(5), -1);
+  EXPECT_EQ(c.value_embed_index(9), 0);
+  EXPECT_EQ(c.value_embed_index(11), 2);
+  validate_config(c);
+  validate_config(preset("cpu"));
+}
+
+TEST(Config, SetOverridesAndRoundTripsThroughJson) {
+  Config c = preset("cpu");
+  set_config_value(c, "num_layers=8");
+  set_config_value(c, "cooldown_frac=0.25");
+  set_config_value(c, "fp8_head=true");
+  set_config_value(c, "attn_free_layers=[3,5]");
+  EXPECT_EQ(c.num_layers, 8);
+  EXPECT_DOUBLE_EQ(c.cooldown_frac, 0.25);
+  EXPECT_TRUE(c.fp8_head);
+  EXPECT_EQ(c.attn_free_layers, (std::vector<int64_t>{3, 5}));
+  Config back = config_from_json(config_to_json(c), preset("speedrun"));
+  EXPECT_EQ(config_to_json(back), config_to_json(c));
+}
+
+TEST(Config, ErrorsNameTheFieldAndWhatIsAllowed) {
+  Config c = preset("cpu");
+  EXPECT_NE(error_of([&] { set_config_value(c, "num_layerz=8"); }).find("known keys"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { set_config_value(c, "num_layers=eight"); }).find("num_layers"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { set_config_value(c, "num_layers=2.5"); }).find("an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { set_config_value(c, "novalue"); }).find("key=value"), std::string::npos);
+  Config bad = preset("cpu");
+  bad.num_layers = 7;
+  EXPECT_NE(error_of([&] { validate_config(bad); }).find("num_layers"), std::string::npos);
+  bad = preset("cpu");
+  bad.train_seq_len = 100;
+  EXPECT_NE(error_of([&] { validate_config(bad); }).find("train_seq_len"), std::string::npos);
+  bad = preset("cpu");
+  bad.model_dim = 100;
+  EXPECT_NE(error_of([&] { validate_config(bad); }).find("model_dim"), std::string::npos);
+  bad = preset("cpu");
+  bad.tokens_per_step = 1000;
+  EXPECT_NE(error_of([&] { validate_config(bad); }).find("tokens_per_step"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config("nonexistent-preset"); }).find("speedrun"),
+            std::string::npos);
+}
+
+TEST(Config, LoadsJsonFileOverAPreset) {
+  TempDir dir;
+  write_file_atomic(dir.path() + "/c.json", R"({"preset": "speedrun", "num_iterations": 10})");
+  Config c = load_config(dir.path() + "/c.json");
+  EXPECT_EQ(c.num_iterations, 10);
+  EXPECT_EQ(c.model_dim, 768);
+  write_file_atomic(dir.path() + "/bad.json", R"({"num_iterations": "ten"})");
+  EXPECT_NE(error_of([&] { load_config(dir.path() + "/bad.json"); }).find("bad.json"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace nanogpt

@@ -1,0 +1,496 @@
+#include "kernels/fused_linear_cross_entropy.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/fp8.hpp"
+#include "runtime/error.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace nanogpt {
+namespace {
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+struct Problem {
+  int64_t T = 0, d = 0, V = 0;
+  std::vector<float> x, W;
+  std::vector<int32_t> targets;
+
+  FusedLossParams params() const {
+    FusedLossParams p;
+    p.T = T;
+    p.d = d;
+    p.V = V;
+    p.x = x.data();
+    p.W = W.data();
+    p.targets = targets.data();
+    return p;
+  }
+};
+
+// x ~ U(-1, 1) like a normed activation; W ~ U(-w_range, w_range). With w_range ≈ 20 the
+// pre-cap logits z/(7.5·√d) spread over about ±1, so the cap is far from linear and the softmax
+// is peaked; with w_range ≈ 1 it is nearly flat. Targets are random but include 0 and V-1.
+Problem make_problem(int64_t T, int64_t d, int64_t V, float w_range, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> ux(-1.0f, 1.0f), uw(-w_range, w_range);
+  std::uniform_int_distribution<int32_t> ut(0, static_cast<int32_t>(V - 1));
+  Problem pr;
+  pr.T = T;
+  pr.d = d;
+  pr.V = V;
+  pr.x.resize(static_cast<size_t>(T * d));
+  pr.W.resize(static_cast<size_t>(V * d));
+  pr.targets.resize(static_cast<size_t>(T));
+  for (auto& v : pr.x) v = ux(rng);
+  for (auto& v : pr.W) v = uw(rng);
+  for (auto& t : pr.targets) t = ut(rng);
+  pr.targets.front() = T == 1 ? static_cast<int32_t>(V - 1) : 0;
+  pr.targets.back() = static_cast<int32_t>(V - 1);
+  return pr;
+}
+
+// ---- an independent reference, in double ------------------------------------------------
+
+struct Reference {
+  std::vector<double> loss;  // per token
+  double total = 0;
+  std::vector<double> dx, dW;  // of loss_scale·Σ loss
+};
+
+// The head written out the obvious way: full logits, max-shifted log-softmax, and the
+// gradient by hand. `grad_scale` > 0 rounds dL/dz (of the summed loss) to E5M2 as the FP8 head
+// does; the inputs must already be rounded if the FP8 head is being modelled.
+Reference reference_head(int64_t T, int64_t d, int64_t V, const std::vector<double>& x,
+                         const std::vector<double>& W, const std::vector<int32_t>& targets,
+                         double softcap, double divisor, double loss_scale, float grad_scale,
+                         bool grads = true) {
+  Reference r;
+  r.loss.resize(static_cast<size_t>(T));
+  if (grads) {
+    r.dx.assign(static_cast<size_t>(T * d), 0.0);
+    r.dW.assign(static_cast<size_t>(V * d), 0.0);
+  }
+  std::vector<double> z(static_cast<size_t>(V)), y(static_cast<size_t>(V));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < V; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < d; ++k) s += x[t * d + k] * W[j * d + k];
+      z[j] = s;
+      y[j] = softcap > 0 ? softcap / (1.0 + std::exp(-s / divisor)) : s;
+    }
+    const double m = *std::max_element(y.begin(), y.end());
+    double sum = 0;
+    for (double v : y) sum += std::exp(v - m);
+    const double lse = m + std::log(sum);
+    const int32_t target = targets[t];
+    r.loss[t] = lse - y[target];
+    r.total += r.loss[t];
+    if (!grads) continue;
+    for (int64_t j = 0; j < V; ++j) {
+      double dydz = 1.0;
+      if (softcap > 0) {
+        const double sigma = 1.0 / (1.0 + std::exp(-z[j] / divisor));
+        dydz = softcap / divisor * sigma * (1.0 - sigma);
+      }
+      double g = (std::exp(y[j] - lse) - (j == target ? 1.0 : 0.0)) * dydz;
+      if (grad_scale > 0) {
+        g = static_cast<double>(round_to_e5m2(static_cast<float>(g) * (1.0f / grad_scale)) *
+                                grad_scale);
+      }
+      g *= loss_scale;
+      for (int64_t k = 0; k < d; ++k) {
+        r.dx[t * d + k] += g * W[j * d + k];
+        r.dW[j * d + k] += g * x[t * d + k];
+      }
+    }
+  }
+  return r;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// The reference for the params `p` asks for, with the FP8 rounding applied explicitly:
+// xq = round_to_e4m3(x·(1/x_s))·x_s, wq likewise with w_s, and dL/dz rounded to E5M2 after
+// multiplying by 1/grad_s. (Multiplying by the reciprocal is quantize_e4m3's convention.)
+Reference reference_for(const Problem& pr, const FusedLossParams& p) {
+  const double divisor = p.softcap_divisor > 0 ? p.softcap_divisor : 7.5 * std::sqrt(double(pr.d));
+  std::vector<double> x = to_double(pr.x), W = to_double(pr.W);
+  if (p.fp8) {
+    const float xs = p.x_scale > 0 ? p.x_scale : static_cast<float>(std::sqrt(double(pr.d)) / 448);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = round_to_e4m3(pr.x[i] * (1.0f / xs)) * xs;
+    for (size_t i = 0; i < W.size(); ++i) {
+      W[i] = round_to_e4m3(pr.W[i] * (1.0f / p.w_scale)) * p.w_scale;
+    }
+  }
+  return reference_head(pr.T, pr.d, pr.V, x, W, pr.targets, p.softcap, divisor, p.loss_scale,
+                        p.fp8 ? p.grad_scale : 0.0f);
+}
+
+// ‖(got - base) - want‖ / ‖want‖, in double.
+double relative_error(const std::vector<float>& got, const std::vector<double>& want,
+                      const std::vector<float>* base = nullptr) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double g = got[i];
+    if (base != nullptr) g -= (*base)[i];
+    num += (g - want[i]) * (g - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+double rms(const std::vector<double>& v) {
+  double s = 0;
+  for (double e : v) s += e * e;
+  return std::sqrt(s / static_cast<double>(v.size()));
+}
+
+// The largest errors seen, printed so the bounds below can be judged against them.
+struct Observed {
+  double loss = 0, dx = 0, dW = 0;
+  void print(const char* what) const {
+    std::printf(
+        "[   info   ] %s: max per-token loss error %.2e (relative to 1+|loss|), "
+        "max ‖dx-ref‖/‖ref‖ %.2e, max ‖dW-ref‖/‖ref‖ %.2e\n",
+        what, loss, dx, dW);
+  }
+};
+
+struct Outputs {
+  double forward_total = 0, backward_total = 0;
+  std::vector<float> per_token, dx, dW, dW_initial;
+};
+
+// Runs the forward and the backward with poisoned outputs; dW starts from random values of the
+// reference gradient's size, so accumulation (not overwrite) is what gets checked.
+Outputs run_fused(const Problem& pr, const FusedLossParams& p, double dW_rms, uint32_t seed) {
+  Outputs o;
+  o.per_token.assign(static_cast<size_t>(pr.T), kNan);
+  o.dx.assign(static_cast<size_t>(pr.T * pr.d), kNan);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  o.dW_initial.resize(static_cast<size_t>(pr.V * pr.d));
+  for (auto& v : o.dW_initial) v = u(rng) * static_cast<float>(dW_rms);
+  o.dW = o.dW_initial;
+  o.forward_total = fused_linear_cross_entropy_forward(p, o.per_token.data());
+  o.backward_total = fused_linear_cross_entropy_backward(p, o.dx.data(), o.dW.data());
+  return o;
+}
+
+void check_against_reference(const Problem& pr, const FusedLossParams& p, const Reference& ref,
+                             double loss_tol, double grad_tol, Observed& seen,
+                             const std::string& label) {
+  const Outputs o = run_fused(pr, p, rms(ref.dW), static_cast<uint32_t>(pr.T * 31 + pr.V));
+  double loss_err = 0;
+  for (int64_t t = 0; t < pr.T; ++t) {
+    const auto k = static_cast<size_t>(t);
+    ASSERT_TRUE(std::isfinite(o.per_token[k])) << label << " t=" << t;
+    loss_err =
+        std::max(loss_err, std::abs(o.per_token[k] - ref.loss[k]) / (1.0 + std::abs(ref.loss[k])));
+  }
+  EXPECT_LT(loss_err, loss_tol) << label;
+  EXPECT_NEAR(o.forward_total, ref.total, loss_tol * (pr.T + std::abs(ref.total))) << label;
+  // The backward sweeps the vocabulary exactly as the forward does.
+  EXPECT_EQ(o.backward_total, o.forward_total) << label;
+  const double dx_err = relative_error(o.dx, ref.dx);
+  const double dW_err = relative_error(o.dW, ref.dW, &o.dW_initial);
+  EXPECT_LT(dx_err, grad_tol) << label;
+  EXPECT_LT(dW_err, grad_tol) << label;
+  seen.loss = std::max(seen.loss, loss_err);
+  seen.dx = std::max(seen.dx, dx_err);
+  seen.dW = std::max(seen.dW, dW_err);
+}
+
+struct Tiles {
+  int64_t row_block, vocab_chunk;
+};
+// The defaults, tiles that divide nothing here, and tiles smaller than a GEMM register block.
+constexpr Tiles kTileChoices[] = {{0, 0}, {64, 256}, {5, 48}};
+
+std::string describe(const FusedLossParams& p) {
+  return "T=" + std::to_string(p.T) + " d=" + std::to_string(p.d) + " V=" + std::to_string(p.V) +
+         " tiles=" + std::to_string(p.row_block) + "x" + std::to_string(p.vocab_chunk) +
+         " loss_scale=" + std::to_string(p.loss_scale) + (p.fp8 ? " fp8" : "");
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+
+TEST(FusedLinearCrossEntropy, ReferenceGradientMatchesFiniteDifferences) {
+  // The reference's hand-written gradient against central differences of its own loss, in
+  // double: with h = 1e-5 the truncation error is ~h²·|f'''| ≈ 1e-10, far below the bound.
+  const int64_t T = 3, d = 4, V = 5;
+  const Problem pr = make_problem(T, d, V, 8.0f, 7);
+  std::vector<double> x = to_double(pr.x), W = to_double(pr.W);
+  const double softcap = 30, divisor = 2.5, loss_scale = 0.75;  // a small divisor: strongly curved
+  const Reference ref =
+      reference_head(T, d, V, x, W, pr.targets, softcap, divisor, loss_scale, 0.0f);
+  auto loss_at = [&]() {
+    return loss_scale *
+           reference_head(T, d, V, x, W, pr.targets, softcap, divisor, 1.0, 0.0f, false).total;
+  };
+  const double h = 1e-5;
+  double worst = 0;
+  auto check = [&](std::vector<double>& v, const std::vector<double>& grad) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double saved = v[i];
+      v[i] = saved + h;
+      const double up = loss_at();
+      v[i] = saved - h;
+      const double down = loss_at();
+      v[i] = saved;
+      const double fd = (up - down) / (2 * h);
+      const double err = std::abs(fd - grad[i]) / (1e-3 + std::abs(grad[i]));
+      worst = std::max(worst, err);
+      EXPECT_LT(err, 1e-6) << "index " << i << " fd " << fd << " analytic " << grad[i];
+    }
+  };
+  check(x, ref.dx);
+  check(W, ref.dW);
+  std::printf("[   info   ] finite differences vs reference gradient: max relative error %.2e\n",
+              worst);
+}
+
+// Bounds: z is an fp32 dot product of at most 64 terms and exp/σ are within 2 ulp, so a loss
+// (up to ~35) carries errors of a few ulp of 30, ~1e-6 relative to 1 + |loss|, and gradients
+// ~1e-7..1e-6 of their norm. The bounds, 5e-6 for both, leave several times that.
+TEST(FusedLinearCrossEntropy, MatchesReferenceOnAwkwardShapes) {
+  Observed seen;
+  uint32_t seed = 100;
+  for (int64_t T : {1, 7, 129, 300}) {
+    for (int64_t d : {8, 24, 64}) {
+      for (int64_t V : {128, 384, 1000}) {
+        ++seed;
+        const Problem pr = make_problem(T, d, V, seed % 2 == 0 ? 20.0f : 1.0f, seed);
+        FusedLossParams p = pr.params();
+        const float loss_scales[] = {1.0f, 1.0f / static_cast<float>(T), 0.37f};
+        p.loss_scale = loss_scales[seed % 3];
+        const Reference ref = reference_for(pr, p);
+        for (const Tiles& tiles : kTileChoices) {
+          p.row_block = tiles.row_block;
+          p.vocab_chunk = tiles.vocab_chunk;
+          check_against_reference(pr, p, ref, 5e-6, 5e-6, seen, describe(p));
+        }
+      }
+    }
+  }
+  seen.print("fp32 vs double reference");
+}
+
+TEST(FusedLinearCrossEntropy, Fp8MatchesExplicitRounding) {
+  // The inputs round identically in the kernel and the reference; only the fp32 accumulation
+  // differs. That difference can move a gradient element across an E5M2 rounding boundary
+  // (a 25% step on that one element), which is why the gradient bound is looser than fp32's.
+  Observed seen;
+  double fp8_vs_exact = std::numeric_limits<double>::infinity();
+  uint32_t seed = 200;
+  for (int64_t T : {7, 129, 300}) {
+    for (int64_t d : {24, 64}) {
+      for (int64_t V : {384, 1000}) {
+        ++seed;
+        const Problem pr = make_problem(T, d, V, seed % 2 == 0 ? 20.0f : 1.0f, seed);
+        FusedLossParams p = pr.params();
+        p.loss_scale = 1.0f / static_cast<float>(T);
+        p.fp8 = true;
+        const Reference ref = reference_for(pr, p);
+        for (const Tiles& tiles : kTileChoices) {
+          p.row_block = tiles.row_block;
+          p.vocab_chunk = tiles.vocab_chunk;
+          check_against_reference(pr, p, ref, 5e-6, 5e-4, seen, describe(p));
+        }
+        // The rounding really happens: the exact head's gradient is measurably different.
+        FusedLossParams exact = p;
+        exact.fp8 = false;
+        const Reference ref_exact = reference_for(pr, exact);
+        std::vector<float> dW(static_cast<size_t>(V * d), 0.0f);
+        fused_linear_cross_entropy_backward(p, nullptr, dW.data());
+        fp8_vs_exact = std::min(fp8_vs_exact, relative_error(dW, ref_exact.dW));
+      }
+    }
+  }
+  EXPECT_GT(fp8_vs_exact, 1e-2);
+  seen.print("fp8 vs double reference with explicit rounding");
+  std::printf("[   info   ] smallest ‖dW_fp8 - dW_exact‖/‖dW_exact‖: %.2e\n", fp8_vs_exact);
+}
+
+TEST(FusedLinearCrossEntropy, WithoutSoftcapIsPlainCrossEntropy) {
+  // Logits of several hundred: exp overflows fp32 unless the running max is subtracted.
+  Observed seen;
+  const Problem pr = make_problem(129, 24, 1000, 40.0f, 300);
+  FusedLossParams p = pr.params();
+  p.softcap = 0.0f;
+  p.loss_scale = 0.5f;
+  const Reference ref = reference_for(pr, p);
+  for (const Tiles& tiles : kTileChoices) {
+    p.row_block = tiles.row_block;
+    p.vocab_chunk = tiles.vocab_chunk;
+    check_against_reference(pr, p, ref, 5e-6, 5e-6, seen, describe(p));
+  }
+  seen.print("no soft-cap vs double reference");
+}
+
+TEST(FusedLinearCrossEntropy, BitwiseIdenticalAcrossThreadCounts) {
+  const Problem pr = make_problem(300, 64, 1000, 20.0f, 400);
+  ThreadPool one(1), two(2), three(3);
+  for (bool fp8 : {false, true}) {
+    for (const Tiles& tiles : kTileChoices) {
+      FusedLossParams p = pr.params();
+      p.fp8 = fp8;
+      p.loss_scale = 1.0f / 300;
+      p.row_block = tiles.row_block;
+      p.vocab_chunk = tiles.vocab_chunk;
+      std::vector<Outputs> runs;
+      for (ThreadPool* pool : {&one, &two, &three}) {
+        ThreadPool::Use use(*pool);
+        runs.push_back(run_fused(pr, p, 1e-3, 1));
+      }
+      for (size_t i = 1; i < runs.size(); ++i) {
+        const std::string label = describe(p) + " threads " + std::to_string(i + 1);
+        EXPECT_EQ(runs[i].forward_total, runs[0].forward_total) << label;
+        EXPECT_EQ(runs[i].backward_total, runs[0].backward_total) << label;
+        EXPECT_EQ(0, std::memcmp(runs[i].per_token.data(), runs[0].per_token.data(),
+                                 runs[0].per_token.size() * sizeof(float)))
+            << label;
+        EXPECT_EQ(
+            0, std::memcmp(runs[i].dx.data(), runs[0].dx.data(), runs[0].dx.size() * sizeof(float)))
+            << label;
+        EXPECT_EQ(
+            0, std::memcmp(runs[i].dW.data(), runs[0].dW.data(), runs[0].dW.size() * sizeof(float)))
+            << label;
+      }
+    }
+  }
+}
+
+TEST(FusedLinearCrossEntropy, BackwardLossEqualsForwardAndGradientsAreSeparable) {
+  for (bool fp8 : {false, true}) {
+    const Problem pr = make_problem(129, 24, 1000, 20.0f, fp8 ? 501 : 500);
+    FusedLossParams p = pr.params();
+    p.fp8 = fp8;
+    p.row_block = 64;
+    p.vocab_chunk = 256;
+    std::vector<float> per_token(129);
+    const double forward = fused_linear_cross_entropy_forward(p, per_token.data());
+    EXPECT_EQ(fused_linear_cross_entropy_forward(p, nullptr), forward);
+    std::vector<float> dx(129 * 24, kNan), dW(1000 * 24, 0.0f);
+    EXPECT_EQ(fused_linear_cross_entropy_backward(p, dx.data(), dW.data()), forward);
+    // Asking for one gradient computes it exactly as when both are asked for.
+    std::vector<float> dx_only(dx.size(), kNan), dW_only(dW.size(), 0.0f);
+    EXPECT_EQ(fused_linear_cross_entropy_backward(p, dx_only.data(), nullptr), forward);
+    EXPECT_EQ(fused_linear_cross_entropy_backward(p, nullptr, dW_only.data()), forward);
+    EXPECT_EQ(dx_only, dx);
+    EXPECT_EQ(dW_only, dW);
+    // A second call adds the same gradient again. With one row block each element gets a
+    // single product per call, so the sum is exactly twice the first call's.
+    FusedLossParams one_block = p;
+    one_block.row_block = 129;
+    std::vector<float> dW_twice(dW.size(), 0.0f);
+    fused_linear_cross_entropy_backward(one_block, nullptr, dW_twice.data());
+    const std::vector<float> dW_once = dW_twice;
+    fused_linear_cross_entropy_backward(one_block, nullptr, dW_twice.data());
+    for (size_t i = 0; i < dW.size(); ++i) ASSERT_EQ(dW_twice[i], 2.0f * dW_once[i]) << i;
+  }
+}
+
+TEST(FusedLinearCrossEntropy, UnfusedAgreesWithFused) {
+  Observed seen;
+  for (bool fp8 : {false, true}) {
+    const Problem pr = make_problem(300, 64, 1000, 20.0f, fp8 ? 601 : 600);
+    FusedLossParams p = pr.params();
+    p.fp8 = fp8;
+    p.loss_scale = 1.0f / 300;
+    const Reference ref = reference_for(pr, p);
+    std::vector<float> dx(300 * 64, kNan), dW(1000 * 64, 0.0f);
+    const double loss = linear_cross_entropy_unfused(p, dx.data(), dW.data());
+    const double loss_err = std::abs(loss - ref.total) / (300 + ref.total);
+    EXPECT_LT(loss_err, 5e-6);
+    seen.loss = std::max(seen.loss, loss_err);
+    EXPECT_EQ(linear_cross_entropy_unfused(p, nullptr, nullptr), loss);
+    const double dx_err = relative_error(dx, ref.dx), dW_err = relative_error(dW, ref.dW);
+    EXPECT_LT(dx_err, fp8 ? 5e-4 : 5e-6);
+    EXPECT_LT(dW_err, fp8 ? 5e-4 : 5e-6);
+    seen.dx = std::max(seen.dx, dx_err);
+    seen.dW = std::max(seen.dW, dW_err);
+    const Outputs fused = run_fused(pr, p, 0.0, 1);
+    EXPECT_NEAR(fused.forward_total, loss, 5e-6 * (300 + loss));
+  }
+  seen.print("unfused vs double reference (fp32 and fp8)");
+}
+
+TEST(FusedLinearCrossEntropy, CappedLogitsMatchReference) {
+  const Problem pr = make_problem(7, 64, 1000, 20.0f, 700);
+  FusedLossParams p = pr.params();
+  p.targets = nullptr;  // sampling has no targets
+  std::vector<float> out(7 * 1000, kNan);
+  capped_logits(p, out.data());
+  const double divisor = 7.5 * 8.0;
+  double worst = 0;
+  for (int64_t t = 0; t < 7; ++t) {
+    for (int64_t j = 0; j < 1000; ++j) {
+      double z = 0;
+      for (int64_t k = 0; k < 64; ++k) {
+        z += double(pr.x[static_cast<size_t>(t * 64 + k)]) * pr.W[static_cast<size_t>(j * 64 + k)];
+      }
+      const double y = 30.0 / (1.0 + std::exp(-z / divisor));
+      worst = std::max(worst, std::abs(out[static_cast<size_t>(t * 1000 + j)] - y));
+    }
+  }
+  EXPECT_LT(worst, 2e-5);  // absolute, on values in (0, 30)
+  std::printf("[   info   ] capped logits: max absolute error %.2e\n", worst);
+}
+
+TEST(FusedLinearCrossEntropy, NanInputGivesNanLoss) {
+  // A diverged activation must surface as a NaN loss, not be skipped by the max or the exp.
+  Problem pr = make_problem(7, 8, 128, 1.0f, 900);
+  pr.x[3 * 8 + 2] = kNan;
+  FusedLossParams p = pr.params();
+  std::vector<float> per_token(7);
+  EXPECT_TRUE(std::isnan(fused_linear_cross_entropy_forward(p, per_token.data())));
+  EXPECT_TRUE(std::isnan(per_token[3]));
+  EXPECT_TRUE(std::isfinite(per_token[2]));
+  EXPECT_TRUE(std::isnan(linear_cross_entropy_unfused(p, nullptr, nullptr)));
+}
+
+TEST(FusedLinearCrossEntropy, RejectsBadArgumentsAndHandlesNoRows) {
+  Problem pr = make_problem(7, 8, 128, 1.0f, 800);
+  std::vector<float> dx(7 * 8), dW(128 * 8, 1.0f);
+  FusedLossParams p = pr.params();
+  pr.targets[3] = 128;
+  EXPECT_THROW(fused_linear_cross_entropy_forward(p, nullptr), Error);
+  pr.targets[3] = -1;
+  EXPECT_THROW(fused_linear_cross_entropy_backward(p, dx.data(), dW.data()), Error);
+  EXPECT_THROW(linear_cross_entropy_unfused(p, dx.data(), dW.data()), Error);
+  pr.targets[3] = 5;
+  FusedLossParams bad = p;
+  bad.targets = nullptr;
+  EXPECT_THROW(fused_linear_cross_entropy_forward(bad, nullptr), Error);
+  bad = p;
+  bad.row_block = -1;
+  EXPECT_THROW(fused_linear_cross_entropy_forward(bad, nullptr), Error);
+  bad = p;
+  bad.fp8 = true;
+  bad.grad_scale = 0.0f;
+  EXPECT_THROW(fused_linear_cross_entropy_backward(bad, dx.data(), dW.data()), Error);
+  bad = p;
+  bad.d = 0;
+  EXPECT_THROW(fused_linear_cross_entropy_forward(bad, nullptr), Error);
+  // No rows: no loss, and dW keeps its values.
+  FusedLossParams empty = p;
+  empty.T = 0;
+  EXPECT_EQ(fused_linear_cross_entropy_backward(empty, nullptr, dW.data()), 0.0);
+  for (float v : dW) ASSERT_EQ(v, 1.0f);
+}
+
+}  // namespace
+}  // namespace nanogpt

@@ -1,0 +1,63 @@
+// A micro configuration and synthetic token shards for model, trainer and decoder tests.
+#pragma once
+
+#include <random>
+
+#include "data/token_shard.hpp"
+#include "model/config.hpp"
+
+namespace nanogpt {
+
+inline Config micro_config() {
+  Config c = preset("cpu");
+  c.vocab_size = 300;
+  c.eot_id = 299;
+  c.num_layers = 6;
+  c.num_heads = 2;
+  c.head_dim = 16;
+  c.model_dim = 32;
+  c.attn_free_layers = {3};
+  c.train_seq_len = 128;
+  c.tokens_per_step = 256;  // two sequences: gradient accumulation
+  c.val_seq_len = 128;
+  c.val_tokens = 256;
+  c.num_iterations = 6;
+  c.val_loss_every = 2;
+  c.checkpoint_every = 2;
+  c.max_window_tokens = 256;
+  c.muon_momentum_warmup = 4;
+  // A 256-token batch is far noisier than the seed's; smaller Adam steps keep it stable.
+  c.adam_embed_lr = 0.05;
+  c.adam_head_lr = 0.02;
+  c.adam_scalar_lr = 0.01;
+  return c;
+}
+
+// Documents of a tiny "language": each starts with EOT, then mostly follows a fixed bigram
+// rule (next = 31·prev + 7 mod 200) with 10% random tokens, so a model can learn it quickly.
+inline std::vector<uint32_t> synthetic_tokens(size_t count, uint32_t seed, uint32_t eot = 299) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> out;
+  while (out.size() < count) {
+    out.push_back(eot);
+    uint32_t t = rng() % 200;
+    const size_t len = 20 + rng() % 150;
+    for (size_t i = 0; i < len && out.size() < count; ++i) {
+      out.push_back(t);
+      t = rng() % 10 == 0 ? rng() % 200 : (31 * t + 7) % 200;
+    }
+  }
+  out.resize(count);
+  return out;
+}
+
+inline void write_synthetic_shards(const std::string& dir) {
+  ShardWriter train(dir, "train", 1u << 20);
+  train.append(synthetic_tokens(20000, 1));
+  train.finish();
+  ShardWriter val(dir, "val", 1u << 20);
+  val.append(synthetic_tokens(2000, 2));
+  val.finish();
+}
+
+}  // namespace nanogpt
