@@ -4,7 +4,6 @@
 
 #include "cli/commands.hpp"
 #include "model/model_io.hpp"
-#include "optim/schedule.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "train/evaluate.hpp"
@@ -28,15 +27,12 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--window", a->window,
                   "Attention window in 128-token blocks (default: the final training window)");
   cmd->callback([a] {
-    std::string dir = find_latest_checkpoint(a->checkpoint);
-    if (dir.empty()) throw InputError("no checkpoint at '" + a->checkpoint + "'");
+    const std::string dir = require_checkpoint(a->checkpoint);
     auto model = load_model(dir);
     const Config& c = model->config();
     int64_t seq = a->seq_len > 0 ? a->seq_len : c.val_seq_len;
     int64_t tokens = a->tokens > 0 ? a->tokens : c.val_tokens;
-    int64_t window = a->window > 0 ? a->window
-                                   : window_blocks(c.num_iterations, c.num_iterations,
-                                                   c.max_window_tokens, c.block_size);
+    int64_t window = a->window > 0 ? a->window : final_window_blocks(c);
     window = std::min<int64_t>(window, (seq + c.block_size - 1) / c.block_size);
     EvalResult r = evaluate(*model, a->val, tokens, seq, window);
     nlohmann::ordered_json j;

@@ -8,7 +8,6 @@
 #include "data/bpe_tokenizer.hpp"
 #include "model/decoder.hpp"
 #include "model/model_io.hpp"
-#include "optim/schedule.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
@@ -74,8 +73,7 @@ void register_sample(CLI::App& app) {
   cmd->add_option("--window", a->window,
                   "Attention window in 128-token blocks (default: the final training window)");
   cmd->callback([a] {
-    std::string dir = find_latest_checkpoint(a->checkpoint);
-    if (dir.empty()) throw InputError("no checkpoint at '" + a->checkpoint + "'");
+    const std::string dir = require_checkpoint(a->checkpoint);
     auto model = load_model(dir);
     const Config& c = model->config();
     BpeTokenizer tok =
@@ -84,9 +82,7 @@ void register_sample(CLI::App& app) {
     std::vector<uint32_t> prompt = {static_cast<uint32_t>(c.eot_id)};
     tok.encode_append(a->prompt, false, prompt);
     const int64_t context = static_cast<int64_t>(prompt.size()) + a->max_tokens;
-    int64_t window = a->window > 0 ? a->window
-                                   : window_blocks(c.num_iterations, c.num_iterations,
-                                                   c.max_window_tokens, c.block_size);
+    int64_t window = a->window > 0 ? a->window : final_window_blocks(c);
     GptDecoder decoder(*model, context, window);
     const std::vector<float>* logits = nullptr;
     for (uint32_t id : prompt) logits = &decoder.step(static_cast<int32_t>(id));

@@ -151,6 +151,26 @@ void GptT<Real>::ensure_capacity(int64_t T) {
 }
 
 template <class Real>
+AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blocks) const {
+  // q, k, v are the three thirds of each token's row of the layer's qkv activation.
+  const LayerActivations& A = layers_[static_cast<size_t>(layer)];
+  const int64_t HD = config_.num_heads * config_.head_dim;
+  AttentionArgs<Real> a;
+  a.T = T_;
+  a.H = config_.num_heads;
+  a.D = config_.head_dim;
+  a.q = A.qkv.data();
+  a.k = A.qkv.data() + HD;
+  a.v = A.qkv.data() + 2 * HD;
+  a.ld = 3 * HD;
+  a.doc = doc_.data();
+  a.window_blocks = layer_window(layer, window_blocks);
+  a.block_size = config_.block_size;
+  a.scale = static_cast<float>(config_.attn_scale);
+  return a;
+}
+
+template <class Real>
 void GptT<Real>::compute_doc_ids(std::span<const int32_t> inputs) {
   // An EOT token belongs to the document it starts.
   int32_t doc = 0;
@@ -220,18 +240,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
           out[2 * HD + e] = la0 * raw[2 * HD + e] + (vrow != nullptr ? la1 * vrow[e] : Real(0));
         }
       }
-      AttentionArgs<Real> ap;
-      ap.T = T;
-      ap.H = H;
-      ap.D = D;
-      ap.q = A.qkv.data();
-      ap.k = A.qkv.data() + HD;
-      ap.v = A.qkv.data() + 2 * HD;
-      ap.ld = 3 * HD;
-      ap.doc = doc_.data();
-      ap.window_blocks = layer_window(i, window_blocks);
-      ap.block_size = config_.block_size;
-      ap.scale = static_cast<float>(config_.attn_scale);
+      const AttentionArgs<Real> ap = attention_args(i, window_blocks);
       model_attention_forward(ap, A.attn_out.data(), A.lse.data());
       model_gemm(Trans::kNo, Trans::kYes, T, d, HD, Real(1), A.attn_out.data(), HD, w.attn_proj, HD,
                  Real(1), A.x_attn.data(), d);
@@ -349,18 +358,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                  g.attn_proj, HD);
       model_gemm(Trans::kNo, Trans::kNo, T, HD, d, Real(1), dx, d, w.attn_proj, HD, Real(0),
                  dattn_.data(), HD);
-      AttentionArgs<Real> ap;
-      ap.T = T;
-      ap.H = H;
-      ap.D = D;
-      ap.q = A.qkv.data();
-      ap.k = A.qkv.data() + HD;
-      ap.v = A.qkv.data() + 2 * HD;
-      ap.ld = 3 * HD;
-      ap.doc = doc_.data();
-      ap.window_blocks = layer_window(i, window_blocks_);
-      ap.block_size = config_.block_size;
-      ap.scale = static_cast<float>(config_.attn_scale);
+      const AttentionArgs<Real> ap = attention_args(i, window_blocks_);
       model_attention_backward(ap, A.attn_out.data(), A.lse.data(), dattn_.data(), dqkv_.data(),
                                dqkv_.data() + HD, dqkv_.data() + 2 * HD);
 

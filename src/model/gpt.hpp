@@ -20,6 +20,7 @@
 
 #include "kernels/rotary.hpp"
 #include "model/config.hpp"
+#include "model/model_kernels.hpp"
 #include "model/parameters.hpp"
 
 namespace nanogpt {
@@ -85,6 +86,7 @@ class GptT {
   void forward(std::span<const int32_t> inputs, int64_t window_blocks);
   void ensure_capacity(int64_t T);
   void compute_doc_ids(std::span<const int32_t> inputs);
+  AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks) const;
 
   Config config_;
   ParameterSetT<Real> params_;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "optim/schedule.hpp"
 #include "runtime/error.hpp"
 #include "runtime/safetensors.hpp"
 
@@ -55,6 +56,19 @@ std::unique_ptr<Gpt> load_model(const std::string& checkpoint_dir) {
   auto model = std::make_unique<Gpt>(read_checkpoint_config(checkpoint_dir));
   load_model_weights(*model, checkpoint_dir);
   return model;
+}
+
+std::string require_checkpoint(const std::string& path) {
+  std::string dir = find_latest_checkpoint(path);
+  if (dir.empty()) {
+    throw InputError("no complete checkpoint at '" + path +
+                     "' (give a run directory or one of its checkpoints/step_* directories)");
+  }
+  return dir;
+}
+
+int64_t final_window_blocks(const Config& c) {
+  return window_blocks(c.num_iterations, c.num_iterations, c.max_window_tokens, c.block_size);
 }
 
 }  // namespace nanogpt
