@@ -108,6 +108,15 @@ int64_t status_bytes(const char* field) {
   return -1;
 }
 
+// The 1-minute load average: other processes on the machine skew the timings, and this says
+// by how much they were competing.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  in >> load;
+  return load;
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -128,6 +137,7 @@ struct Result {
   double dx_norm, dW_norm;
   int hwm_reset;  // 1 if clear_refs reset the high-water mark (else peak includes the setup)
   int threads;
+  double load_before, load_after;
 };
 
 double norm(const std::vector<float>& v) {
@@ -181,6 +191,7 @@ Result measure(const Options& o, bool fused) {
     r.hwm_reset = clear.good() ? 1 : 0;
   }
   r.baseline_rss = status_bytes("VmRSS");
+  r.load_before = load_average();
 
   auto call = [&]() {
     return fused ? nanogpt::fused_linear_cross_entropy_backward(p, dx.data(), dW.data())
@@ -209,6 +220,7 @@ Result measure(const Options& o, bool fused) {
   r.min_seconds = seconds.front();
   r.max_seconds = seconds.back();
   r.peak_hwm = status_bytes("VmHWM");
+  r.load_after = load_average();
   return r;
 }
 
@@ -293,6 +305,8 @@ int main(int argc, char** argv) {
         {"loss_sum", r.loss},
         {"dx_norm", r.dx_norm},
         {"dW_norm", r.dW_norm},
+        {"loadavg_before", r.load_before},
+        {"loadavg_after", r.load_after},
     };
     if (mode == "fused") line["workspace_bytes"] = r.workspace_bytes;
     std::cout << line.dump() << std::endl;

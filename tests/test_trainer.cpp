@@ -3,6 +3,9 @@
 #include <csignal>
 #include <thread>
 
+#include <cmath>
+
+#include "data/bpe_tokenizer.hpp"
 #include "model/model_io.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
@@ -108,6 +111,48 @@ TEST(Trainer, InterruptFinishesTheStepCheckpointsAndResumes) {
   part.resume = true;
   train(part);
   EXPECT_EQ(losses_of(full.run_dir), losses_of(part.run_dir));
+}
+
+TEST(Trainer, DivergenceStopsNamingStepAndFirstNonFiniteTensor) {
+  TempDir data;
+  write_synthetic_shards(data.path());
+  TrainOptions o = options_for(data, data.path() + "/run");
+  o.config.adam_embed_lr = 1e38;  // the first update overflows the embeddings
+  try {
+    train(o);
+    FAIL() << "expected the run to stop";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("diverged at step 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("first non-finite tensor"), std::string::npos) << what;
+    EXPECT_NE(what.find("embed"), std::string::npos) << what;
+  }
+}
+
+TEST(Trainer, SampleIsReproducibleForASeed) {
+  TempDir data;
+  write_synthetic_shards(data.path());
+  TrainOptions o = options_for(data, data.path() + "/run");
+  o.config.num_iterations = 4;
+  train(o);
+  // A tokenizer whose ids cover the micro model's 300 (256 bytes, 43 merges, <|endoftext|>).
+  std::vector<std::pair<uint32_t, uint32_t>> merges;
+  for (uint32_t i = 0; i < 43; ++i) merges.emplace_back(97 + i % 26, 97 + i / 26);
+  write_file_atomic(data.path() + "/tok.json",
+                    BpeTokenizer::from_merges(merges, {std::string(kEndOfText)}).to_json());
+  const std::string args = "sample --checkpoint " + o.run_dir + " --tokenizer " + data.path() +
+                           "/tok.json --prompt hello --max-tokens 40 --temperature 1.0 --seed ";
+  auto a = run_nanogpt(args + "7"), b = run_nanogpt(args + "7"), c = run_nanogpt(args + "8");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+  EXPECT_EQ(a.out.rfind("hello", 0), 0u) << "output starts with the prompt";
+  auto eval =
+      run_nanogpt("eval --checkpoint " + o.run_dir + " --val '" + data.path() + "/val_*.bin'");
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  auto j = nlohmann::json::parse(eval.out);
+  EXPECT_EQ(j["tokens"], o.config.val_tokens);
+  EXPECT_TRUE(std::isfinite(j["val_loss"].get<double>()));
 }
 
 TEST(Trainer, RefusesMismatchedCheckpointAndBadData) {
