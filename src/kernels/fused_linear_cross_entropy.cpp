@@ -365,6 +365,23 @@ class FusedHead {
   std::vector<float> w_rounded_, x_rounded_;
 };
 
+// The head's operands as the products see them: the inputs themselves, or with the FP8 head
+// their E4M3-rounded copies (materialised whole; only the unfused and few-row paths use this).
+struct Fp8Operands {
+  std::vector<float> x_rounded, w_rounded;
+  const float* x;
+  const float* W;
+  Fp8Operands(const FusedLossParams& p, const Config& c) : x(p.x), W(p.W) {
+    if (!c.fp8) return;
+    x_rounded.resize(static_cast<size_t>(c.T * c.d));
+    w_rounded.resize(static_cast<size_t>(c.V * c.d));
+    round_e4m3_matrix(p.x, x_rounded.data(), c.T * c.d, c.x_scale);
+    round_e4m3_matrix(p.W, w_rounded.data(), c.V * c.d, c.w_scale);
+    x = x_rounded.data();
+    W = w_rounded.data();
+  }
+};
+
 }  // namespace
 
 double fused_linear_cross_entropy_forward(const FusedLossParams& p, float* per_token) {
@@ -384,17 +401,9 @@ double fused_linear_cross_entropy_backward(const FusedLossParams& p, float* dx, 
 double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* dW) {
   const Config c = resolve(p, true);
   if (c.T == 0) return 0.0;
-  const float* x = p.x;
-  const float* W = p.W;
-  std::vector<float> x_rounded, w_rounded;
-  if (c.fp8) {
-    x_rounded.resize(static_cast<size_t>(c.T * c.d));
-    w_rounded.resize(static_cast<size_t>(c.V * c.d));
-    round_e4m3_matrix(p.x, x_rounded.data(), c.T * c.d, c.x_scale);
-    round_e4m3_matrix(p.W, w_rounded.data(), c.V * c.d, c.w_scale);
-    x = x_rounded.data();
-    W = w_rounded.data();
-  }
+  const Fp8Operands ops(p, c);
+  const float* x = ops.x;
+  const float* W = ops.W;
   const bool grads = dx != nullptr || dW != nullptr;
   const auto tv = static_cast<size_t>(c.T * c.V);
   // Left uninitialized: every element is written before it is read, and zeroing 3 GB would
@@ -438,17 +447,9 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
 void capped_logits(const FusedLossParams& p, float* out) {
   const Config c = resolve(p, false);
   if (c.T == 0) return;
-  const float* x = p.x;
-  const float* W = p.W;
-  std::vector<float> x_rounded, w_rounded;
-  if (c.fp8) {
-    x_rounded.resize(static_cast<size_t>(c.T * c.d));
-    w_rounded.resize(static_cast<size_t>(c.V * c.d));
-    round_e4m3_matrix(p.x, x_rounded.data(), c.T * c.d, c.x_scale);
-    round_e4m3_matrix(p.W, w_rounded.data(), c.V * c.d, c.w_scale);
-    x = x_rounded.data();
-    W = w_rounded.data();
-  }
+  const Fp8Operands ops(p, c);
+  const float* x = ops.x;
+  const float* W = ops.W;
   gemm(Trans::kNo, Trans::kYes, c.T, c.V, c.d, 1.0f, x, c.d, W, c.d, 0.0f, out, c.V);
   if (!c.capped) return;
   parallel_rows(c.T, [&](int64_t t) {
