@@ -1,0 +1,32 @@
+// bfloat16: the top 16 bits of an fp32. Conversions round to nearest even, as the hardware's
+// VCVTNEPS2BF16 does, and keep NaN a (quiet) NaN.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace nanogpt {
+
+struct bf16 {
+  uint16_t bits;
+};
+
+inline bf16 to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x0040u)};
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return bf16{static_cast<uint16_t>(u >> 16)};
+}
+
+inline float to_float(bf16 h) {
+  uint32_t u = static_cast<uint32_t>(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// f rounded to the nearest bf16, as an fp32.
+inline float round_to_bf16(float f) { return to_float(to_bf16(f)); }
+
+}  // namespace nanogpt
