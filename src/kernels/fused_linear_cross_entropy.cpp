@@ -305,8 +305,8 @@ class FusedHead {
 
   // z tile = x_block · W[c0 : c0+cols]ᵀ into tile_ (leading dimension cols).
   void logits_tile(const float* xb, int64_t rows, int64_t c0, int64_t cols) {
-    gemm(Trans::kNo, Trans::kYes, rows, cols, c_.d, 1.0f, xb, c_.d, weights_ + c0 * c_.d, c_.d,
-         0.0f, tile_.data(), cols);
+    matmul(p_.precision, Trans::kNo, Trans::kYes, rows, cols, c_.d, 1.0f, xb, c_.d,
+           weights_ + c0 * c_.d, c_.d, 0.0f, tile_.data(), cols);
   }
 
   void logsumexp_sweep(const float* xb, int64_t r0, int64_t rows) {
@@ -347,12 +347,12 @@ class FusedHead {
       });
       // loss_scale multiplies the fp32 products, after the gradient was rounded unscaled.
       if (dx != nullptr) {
-        gemm(Trans::kNo, Trans::kNo, rows, c_.d, cols, c_.loss_scale, tile_.data(), cols,
-             weights_ + c0 * c_.d, c_.d, c0 == 0 ? 0.0f : 1.0f, dx + r0 * c_.d, c_.d);
+        matmul(p_.precision, Trans::kNo, Trans::kNo, rows, c_.d, cols, c_.loss_scale, tile_.data(),
+               cols, weights_ + c0 * c_.d, c_.d, c0 == 0 ? 0.0f : 1.0f, dx + r0 * c_.d, c_.d);
       }
       if (dW != nullptr) {
-        gemm(Trans::kYes, Trans::kNo, cols, c_.d, rows, c_.loss_scale, tile_.data(), cols, xb, c_.d,
-             1.0f, dW + c0 * c_.d, c_.d);
+        matmul(p_.precision, Trans::kYes, Trans::kNo, cols, c_.d, rows, c_.loss_scale, tile_.data(),
+               cols, xb, c_.d, 1.0f, dW + c0 * c_.d, c_.d);
       }
     }
   }
@@ -410,7 +410,8 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
   // charge the baseline for work the computation does not need.
   std::unique_ptr<float[]> logits(new float[tv]);
   std::unique_ptr<float[]> grad(grads ? new float[tv] : nullptr);
-  gemm(Trans::kNo, Trans::kYes, c.T, c.V, c.d, 1.0f, x, c.d, W, c.d, 0.0f, logits.get(), c.V);
+  matmul(p.precision, Trans::kNo, Trans::kYes, c.T, c.V, c.d, 1.0f, x, c.d, W, c.d, 0.0f,
+         logits.get(), c.V);
   std::vector<double> loss(static_cast<size_t>(c.T));
   parallel_rows(c.T, [&](int64_t t) {
     float* z = logits.get() + t * c.V;
@@ -432,12 +433,12 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
     }
   });
   if (dx != nullptr) {
-    gemm(Trans::kNo, Trans::kNo, c.T, c.d, c.V, c.loss_scale, grad.get(), c.V, W, c.d, 0.0f, dx,
-         c.d);
+    matmul(p.precision, Trans::kNo, Trans::kNo, c.T, c.d, c.V, c.loss_scale, grad.get(), c.V, W,
+           c.d, 0.0f, dx, c.d);
   }
   if (dW != nullptr) {
-    gemm(Trans::kYes, Trans::kNo, c.V, c.d, c.T, c.loss_scale, grad.get(), c.V, x, c.d, 1.0f, dW,
-         c.d);
+    matmul(p.precision, Trans::kYes, Trans::kNo, c.V, c.d, c.T, c.loss_scale, grad.get(), c.V, x,
+           c.d, 1.0f, dW, c.d);
   }
   double total = 0.0;
   for (double l : loss) total += l;
@@ -450,7 +451,7 @@ void capped_logits(const FusedLossParams& p, float* out) {
   const Fp8Operands ops(p, c);
   const float* x = ops.x;
   const float* W = ops.W;
-  gemm(Trans::kNo, Trans::kYes, c.T, c.V, c.d, 1.0f, x, c.d, W, c.d, 0.0f, out, c.V);
+  matmul(p.precision, Trans::kNo, Trans::kYes, c.T, c.V, c.d, 1.0f, x, c.d, W, c.d, 0.0f, out, c.V);
   if (!c.capped) return;
   parallel_rows(c.T, [&](int64_t t) {
     float* row = out + t * c.V;

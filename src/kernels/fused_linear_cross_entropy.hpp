@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/matmul.hpp"
+
 namespace nanogpt {
 
 struct FusedLossParams {
@@ -40,6 +42,9 @@ struct FusedLossParams {
   bool fp8 = false;
   float x_scale = 0, w_scale = 24.0f / 448.0f, grad_scale = 1.0f / 448.0f;  // x_scale 0 → √d/448
   float loss_scale = 1.0f;  // gradients are of loss_scale · Σ_t loss_t
+  // bf16: the three products take bf16-rounded operands (fp32 accumulation); the soft-cap,
+  // softmax statistics and loss stay fp32.
+  Precision precision = Precision::kFp32;
   // Tile shape; 0 picks the defaults (kDefaultRowBlock × kDefaultVocabChunk).
   int64_t row_block = 0, vocab_chunk = 0;
 };

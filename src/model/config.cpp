@@ -4,6 +4,7 @@
 #include <functional>
 #include <variant>
 
+#include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 
@@ -12,7 +13,7 @@ namespace nanogpt {
 namespace {
 
 using FieldPtr = std::variant<int64_t Config::*, double Config::*, bool Config::*,
-                              std::vector<int64_t> Config::*>;
+                              std::string Config::*, std::vector<int64_t> Config::*>;
 
 struct Field {
   const char* name;
@@ -32,6 +33,7 @@ const std::vector<Field>& fields() {
       {"fp8_head", &Config::fp8_head},
       {"attn_scale", &Config::attn_scale},
       {"logit_softcap", &Config::logit_softcap},
+      {"precision", &Config::precision},
       {"train_seq_len", &Config::train_seq_len},
       {"tokens_per_step", &Config::tokens_per_step},
       {"val_seq_len", &Config::val_seq_len},
@@ -89,6 +91,9 @@ void assign_from_json(Config& c, const Field& f, const nlohmann::json& v) {
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!v.is_boolean()) throw bad("true or false");
           c.*member = v.get<bool>();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!v.is_string()) throw bad("a string");
+          c.*member = v.get<std::string>();
         } else {
           if (!v.is_array()) throw bad("a list of integers, e.g. [7]");
           std::vector<int64_t> out;
@@ -202,6 +207,11 @@ void set_config_value(Config& config, const std::string& assignment) {
   std::string value = assignment.substr(eq + 1);
   const Field& f = find_field(key);
   nlohmann::json v;
+  if (std::holds_alternative<std::string Config::*>(f.ptr)) {
+    // Strings are taken as written: --set precision=bf16.
+    assign_from_json(config, f, nlohmann::json(value));
+    return;
+  }
   try {
     v = nlohmann::json::parse(value);
   } catch (const nlohmann::json::exception&) {
@@ -283,6 +293,19 @@ void validate_config(const Config& c) {
     if (!(v >= 0 && v < 1)) fail(name, "must be in [0, 1)");
   }
   if (!(c.adam_eps > 0)) fail("adam_eps", "must be positive");
+  if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
+    fail("precision", "must be \"auto\", \"fp32\" or \"bf16\", got \"" + c.precision + "\"");
+}
+
+Precision resolved_precision(const Config& c) {
+  if (c.precision == "fp32") return Precision::kFp32;
+  if (c.precision == "bf16") return Precision::kBf16;
+  const CpuInfo& cpu = cpu_info();
+  return cpu.avx512_bf16 || cpu.amx_bf16 ? Precision::kBf16 : Precision::kFp32;
+}
+
+const char* precision_name(Precision p) {
+  return p == Precision::kBf16 ? "bf16" : "fp32";
 }
 
 }  // namespace nanogpt

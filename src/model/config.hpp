@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/matmul.hpp"
+
 namespace nanogpt {
 
 struct Config {
@@ -23,6 +25,10 @@ struct Config {
   bool fp8_head = true;
   double attn_scale = 0.12;
   double logit_softcap = 30.0;
+  // Arithmetic of the matrix products: "fp32", "bf16" (bf16 operands into the GEMMs, attention
+  // and the head, fp32 accumulation; fp32 master weights, optimizer state, norms, softmax
+  // statistics and loss), or "auto": bf16 where the CPU has BF16 instructions, else fp32.
+  std::string precision = "auto";
 
   // Data and batches.
   int64_t train_seq_len = 48 * 1024;
@@ -73,6 +79,10 @@ Config load_config(const std::string& preset_or_file);
 void set_config_value(Config& config, const std::string& assignment);
 // Throws InputError naming the first invalid field and what is allowed.
 void validate_config(const Config& config);
+
+// The precision a run uses: `precision`, with "auto" decided by this CPU.
+Precision resolved_precision(const Config& config);
+const char* precision_name(Precision p);
 
 nlohmann::ordered_json config_to_json(const Config& config);
 Config config_from_json(const nlohmann::json& j, Config base);

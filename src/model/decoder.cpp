@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kernels/fused_linear_cross_entropy.hpp"
-#include "kernels/gemm.hpp"
+#include "kernels/matmul.hpp"
 #include "kernels/relu_squared.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "runtime/error.hpp"
@@ -14,9 +14,11 @@ namespace nanogpt {
 
 namespace {
 
-// y[out] = W[out, in] · x[in], as the M = 1 case of the forward GEMM.
-void matvec(const float* W, const float* x, float* y, int64_t out, int64_t in, float beta) {
-  gemm(Trans::kNo, Trans::kYes, 1, out, in, 1.0f, x, in, W, in, beta, y, out);
+// y[out] = W[out, in] · x[in], as the M = 1 case of the forward GEMM, in the model's
+// precision so the cache reproduces a full forward.
+void matvec(Precision precision, const float* W, const float* x, float* y, int64_t out, int64_t in,
+            float beta) {
+  matmul(precision, Trans::kNo, Trans::kYes, 1, out, in, 1.0f, x, in, W, in, beta, y, out);
 }
 
 }  // namespace
@@ -80,7 +82,8 @@ const std::vector<float>& GptDecoder::step(int32_t token) {
     for (int64_t e = 0; e < d; ++e) x_[e] = lam[0] * x_[e] + lam[1] * x0_[e];
     if (c_.has_attention(i)) {
       rmsnorm_forward(x_.data(), d, norm_.data(), d, &rstd, 1, d);
-      matvec(block(i, "attn.qkv_w"), norm_.data(), qkv_.data(), 3 * HD, d, 0.0f);
+      matvec(model_.precision(), block(i, "attn.qkv_w"), norm_.data(), qkv_.data(), 3 * HD, d,
+             0.0f);
       rmsnorm_forward(qkv_.data(), D, qkv_.data(), D, rstd_qk_.data(), 2 * H, D);
       rotary_.apply(qkv_.data(), 2 * H, t);
       const float* la = block(i, "attn.lambdas");
@@ -125,12 +128,15 @@ const std::vector<float>& GptDecoder::step(int32_t token) {
           for (int64_t e = 0; e < D; ++e) y[e] += p * v[e];
         }
       }
-      matvec(block(i, "attn.c_proj.weight"), att_.data(), x_.data(), d, HD, 1.0f);
+      matvec(model_.precision(), block(i, "attn.c_proj.weight"), att_.data(), x_.data(), d, HD,
+             1.0f);
     }
     rmsnorm_forward(x_.data(), d, norm_.data(), d, &rstd, 1, d);
-    matvec(block(i, "mlp.c_fc.weight"), norm_.data(), hidden_.data(), 4 * d, d, 0.0f);
+    matvec(model_.precision(), block(i, "mlp.c_fc.weight"), norm_.data(), hidden_.data(), 4 * d, d,
+           0.0f);
     relu_squared_forward(hidden_.data(), hidden_.data(), 4 * d);
-    matvec(block(i, "mlp.c_proj.weight"), hidden_.data(), x_.data(), d, 4 * d, 1.0f);
+    matvec(model_.precision(), block(i, "mlp.c_proj.weight"), hidden_.data(), x_.data(), d, 4 * d,
+           1.0f);
     if (i < n) std::memcpy(skip_[static_cast<size_t>(i)].data(), x_.data(), d * sizeof(float));
   }
   rmsnorm_forward(x_.data(), d, norm_.data(), d, &rstd, 1, d);
@@ -143,6 +149,7 @@ const std::vector<float>& GptDecoder::step(int32_t token) {
   p.softcap = static_cast<float>(c_.logit_softcap);
   p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(d)));
   p.fp8 = c_.fp8_head;
+  p.precision = model_.precision();
   capped_logits(p, logits_.data());
   ++pos_;
   return logits_;

@@ -26,7 +26,7 @@ void resize(std::vector<T>& v, int64_t n) {
 }  // namespace
 
 template <class Real>
-GptT<Real>::GptT(const Config& config) : config_(config) {
+GptT<Real>::GptT(const Config& config) : config_(config), precision_(resolved_precision(config)) {
   validate_config(config_);
   const int64_t V = config_.vocab_size, d = config_.model_dim;
   const int64_t HD = config_.num_heads * config_.head_dim, L = config_.num_layers;
@@ -167,6 +167,7 @@ AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blo
   a.window_blocks = layer_window(layer, window_blocks);
   a.block_size = config_.block_size;
   a.scale = static_cast<float>(config_.attn_scale);
+  a.precision = precision_;
   return a;
 }
 
@@ -222,8 +223,8 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
     std::memcpy(A.x_attn.data(), A.x_mix.data(), T * d * sizeof(Real));
     if (config_.has_attention(i)) {
       rmsnorm_forward(A.x_mix.data(), d, A.norm1.data(), d, A.rstd1.data(), T, d);
-      model_gemm(Trans::kNo, Trans::kYes, T, 3 * HD, d, Real(1), A.norm1.data(), d, w.qkv_w, d,
-                 Real(0), A.qkv_raw.data(), 3 * HD);
+      model_gemm(precision_, Trans::kNo, Trans::kYes, T, 3 * HD, d, Real(1), A.norm1.data(), d,
+                 w.qkv_w, d, Real(0), A.qkv_raw.data(), 3 * HD);
       const int ve_index = config_.value_embed_index(i);
       const Real* ve = ve_index < 0
                            ? nullptr
@@ -242,16 +243,16 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
       }
       const AttentionArgs<Real> ap = attention_args(i, window_blocks);
       model_attention_forward(ap, A.attn_out.data(), A.lse.data());
-      model_gemm(Trans::kNo, Trans::kYes, T, d, HD, Real(1), A.attn_out.data(), HD, w.attn_proj, HD,
-                 Real(1), A.x_attn.data(), d);
+      model_gemm(precision_, Trans::kNo, Trans::kYes, T, d, HD, Real(1), A.attn_out.data(), HD,
+                 w.attn_proj, HD, Real(1), A.x_attn.data(), d);
     }
     rmsnorm_forward(A.x_attn.data(), d, A.norm2.data(), d, A.rstd2.data(), T, d);
-    model_gemm(Trans::kNo, Trans::kYes, T, 4 * d, d, Real(1), A.norm2.data(), d, w.c_fc, d, Real(0),
-               A.h_pre.data(), 4 * d);
+    model_gemm(precision_, Trans::kNo, Trans::kYes, T, 4 * d, d, Real(1), A.norm2.data(), d, w.c_fc,
+               d, Real(0), A.h_pre.data(), 4 * d);
     relu_squared_forward(A.h_pre.data(), dh_.data(), T * 4 * d);
     std::memcpy(A.x_out.data(), A.x_attn.data(), T * d * sizeof(Real));
-    model_gemm(Trans::kNo, Trans::kYes, T, d, 4 * d, Real(1), dh_.data(), 4 * d, w.mlp_proj, 4 * d,
-               Real(1), A.x_out.data(), d);
+    model_gemm(precision_, Trans::kNo, Trans::kYes, T, d, 4 * d, Real(1), dh_.data(), 4 * d,
+               w.mlp_proj, 4 * d, Real(1), A.x_out.data(), d);
     x_prev = A.x_out.data();
   }
   rmsnorm_forward(x_prev, d, final_norm_.data(), d, rstd_final_.data(), T, d);
@@ -263,6 +264,7 @@ template <class Real>
 LossArgs<Real> loss_params(const Config& c, const Real* x, const Real* W, const int32_t* targets,
                            int64_t T) {
   LossArgs<Real> p;
+  p.precision = resolved_precision(c);
   p.T = T;
   p.d = c.model_dim;
   p.V = c.vocab_padded();
@@ -341,23 +343,23 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ
     Real* h = dtmp_.data();
     relu_squared_forward(A.h_pre.data(), h, T * 4 * d);
-    model_gemm(Trans::kYes, Trans::kNo, d, 4 * d, T, Real(1), dx, d, h, 4 * d, Real(1), g.mlp_proj,
-               4 * d);
-    model_gemm(Trans::kNo, Trans::kNo, T, 4 * d, d, Real(1), dx, d, w.mlp_proj, 4 * d, Real(0),
-               dh_.data(), 4 * d);
+    model_gemm(precision_, Trans::kYes, Trans::kNo, d, 4 * d, T, Real(1), dx, d, h, 4 * d, Real(1),
+               g.mlp_proj, 4 * d);
+    model_gemm(precision_, Trans::kNo, Trans::kNo, T, 4 * d, d, Real(1), dx, d, w.mlp_proj, 4 * d,
+               Real(0), dh_.data(), 4 * d);
     relu_squared_backward(A.h_pre.data(), dh_.data(), dh_.data(), T * 4 * d);
-    model_gemm(Trans::kYes, Trans::kNo, 4 * d, d, T, Real(1), dh_.data(), 4 * d, A.norm2.data(), d,
-               Real(1), g.c_fc, d);
-    model_gemm(Trans::kNo, Trans::kNo, T, d, 4 * d, Real(1), dh_.data(), 4 * d, w.c_fc, d, Real(0),
-               dnorm_.data(), d);
+    model_gemm(precision_, Trans::kYes, Trans::kNo, 4 * d, d, T, Real(1), dh_.data(), 4 * d,
+               A.norm2.data(), d, Real(1), g.c_fc, d);
+    model_gemm(precision_, Trans::kNo, Trans::kNo, T, d, 4 * d, Real(1), dh_.data(), 4 * d, w.c_fc,
+               d, Real(0), dnorm_.data(), d);
     rmsnorm_backward(A.norm2.data(), d, A.rstd2.data(), dnorm_.data(), d, dx, d, T, d, true);
     // dx is now d(x_attn).
 
     if (config_.has_attention(i)) {
-      model_gemm(Trans::kYes, Trans::kNo, d, HD, T, Real(1), dx, d, A.attn_out.data(), HD, Real(1),
-                 g.attn_proj, HD);
-      model_gemm(Trans::kNo, Trans::kNo, T, HD, d, Real(1), dx, d, w.attn_proj, HD, Real(0),
-                 dattn_.data(), HD);
+      model_gemm(precision_, Trans::kYes, Trans::kNo, d, HD, T, Real(1), dx, d, A.attn_out.data(),
+                 HD, Real(1), g.attn_proj, HD);
+      model_gemm(precision_, Trans::kNo, Trans::kNo, T, HD, d, Real(1), dx, d, w.attn_proj, HD,
+                 Real(0), dattn_.data(), HD);
       const AttentionArgs<Real> ap = attention_args(i, window_blocks_);
       model_attention_backward(ap, A.attn_out.data(), A.lse.data(), dattn_.data(), dqkv_.data(),
                                dqkv_.data() + HD, dqkv_.data() + 2 * HD);
@@ -397,10 +399,10 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       }
       g.attn_lambdas[0] += static_cast<Real>(dla0);
       g.attn_lambdas[1] += static_cast<Real>(dla1);
-      model_gemm(Trans::kYes, Trans::kNo, 3 * HD, d, T, Real(1), dqkv_.data(), 3 * HD,
+      model_gemm(precision_, Trans::kYes, Trans::kNo, 3 * HD, d, T, Real(1), dqkv_.data(), 3 * HD,
                  A.norm1.data(), d, Real(1), g.qkv_w, d);
-      model_gemm(Trans::kNo, Trans::kNo, T, d, 3 * HD, Real(1), dqkv_.data(), 3 * HD, w.qkv_w, d,
-                 Real(0), dnorm_.data(), d);
+      model_gemm(precision_, Trans::kNo, Trans::kNo, T, d, 3 * HD, Real(1), dqkv_.data(), 3 * HD,
+                 w.qkv_w, d, Real(0), dnorm_.data(), d);
       rmsnorm_backward(A.norm1.data(), d, A.rstd1.data(), dnorm_.data(), d, dx, d, T, d, true);
     }
     // dx is now d(x_mix); x_mix = λ0·x_in + λ1·x0.

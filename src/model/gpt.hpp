@@ -33,6 +33,7 @@ class GptT {
   explicit GptT(const Config& config);
 
   const Config& config() const { return config_; }
+  Precision precision() const { return precision_; }
   ParameterSetT<Real>& params() { return params_; }
   const ParameterSetT<Real>& params() const { return params_; }
   std::vector<Real>& grads() { return grads_; }
@@ -89,6 +90,7 @@ class GptT {
   AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks) const;
 
   Config config_;
+  Precision precision_;  // of the products; the float64 instantiation ignores it
   ParameterSetT<Real> params_;
   std::vector<Real> grads_;
   RotaryTableT<Real> rotary_;

@@ -36,14 +36,16 @@ FusedLossParams loss_params(const LossArgs<float>& a) {
   p.softcap_divisor = a.softcap_divisor;
   p.fp8 = a.fp8;
   p.loss_scale = a.loss_scale;
+  p.precision = a.precision;
   return p;
 }
 
 }  // namespace
 
-void model_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+void model_gemm(Precision precision, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
+                float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                float* C, int64_t ldc) {
+  matmul(precision, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse) {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/gemm.hpp"
+#include "kernels/matmul.hpp"
 
 namespace nanogpt {
 
@@ -17,6 +17,7 @@ struct AttentionArgs {
   const int32_t* doc = nullptr;
   int64_t window_blocks = 1, block_size = 128;
   float scale = 0.12f;
+  Precision precision = Precision::kFp32;  // ignored by the float64 references
 };
 
 template <class Real>
@@ -28,12 +29,15 @@ struct LossArgs {
   float softcap = 30.0f, softcap_divisor = 1.0f;
   bool fp8 = false;
   float loss_scale = 1.0f;
+  Precision precision = Precision::kFp32;  // ignored by the float64 references
 };
 
-void model_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-void model_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
-                int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+void model_gemm(Precision precision, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
+                float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                float* C, int64_t ldc);
+void model_gemm(Precision precision, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
+                double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
+                double beta, double* C, int64_t ldc);
 
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse);
 void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse);

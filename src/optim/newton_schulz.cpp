@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "kernels/gemm.hpp"
+#include "kernels/matmul.hpp"
 #include "optim/elementwise.hpp"
 #include "runtime/error.hpp"
 
@@ -27,16 +27,16 @@ constexpr int64_t kSymmetricBlock = 192;
 // `columns`, its columns. Only the lower block triangle is multiplied out, then mirrored:
 // nearly half the work of a full GEMM, and C comes out exactly symmetric. Assumes C was
 // symmetric before if beta ≠ 0.
-void symmetric_product(const float* X, int64_t ldx, bool columns, int64_t k, int64_t inner,
-                       float alpha, float beta, float* C) {
+void symmetric_product(Precision pr, const float* X, int64_t ldx, bool columns, int64_t k,
+                       int64_t inner, float alpha, float beta, float* C) {
   for (int64_t i0 = 0; i0 < k; i0 += kSymmetricBlock) {
     const int64_t i1 = std::min(k, i0 + kSymmetricBlock);
     if (columns) {
-      gemm(Trans::kYes, Trans::kNo, i1 - i0, i1, inner, alpha, X + i0, ldx, X, ldx, beta,
-           C + i0 * k, k);
+      matmul(pr, Trans::kYes, Trans::kNo, i1 - i0, i1, inner, alpha, X + i0, ldx, X, ldx, beta,
+             C + i0 * k, k);
     } else {
-      gemm(Trans::kNo, Trans::kYes, i1 - i0, i1, inner, alpha, X + i0 * ldx, ldx, X, ldx, beta,
-           C + i0 * k, k);
+      matmul(pr, Trans::kNo, Trans::kYes, i1 - i0, i1, inner, alpha, X + i0 * ldx, ldx, X, ldx,
+             beta, C + i0 * k, k);
     }
   }
   for (int64_t i = 0; i < k; ++i) {
@@ -45,27 +45,30 @@ void symmetric_product(const float* X, int64_t ldx, bool columns, int64_t k, int
 }
 
 // A = W·Wᵀ, k×k with k = min(rows, cols).
-void gram(const float* x, int64_t rows, int64_t cols, float* A) {
+void gram(Precision pr, const float* x, int64_t rows, int64_t cols, float* A) {
   if (rows <= cols) {
-    symmetric_product(x, cols, /*columns=*/false, rows, cols, 1.0f, 0.0f, A);
+    symmetric_product(pr, x, cols, /*columns=*/false, rows, cols, 1.0f, 0.0f, A);
   } else {
-    symmetric_product(x, cols, /*columns=*/true, cols, rows, 1.0f, 0.0f, A);
+    symmetric_product(pr, x, cols, /*columns=*/true, cols, rows, 1.0f, 0.0f, A);
   }
 }
 
 // B += c·A·A (= c·A·Aᵀ, A being symmetric). The seed evaluates (c·A)·A; folding c into the
 // product's alpha differs from that only in the last bit of each element, well below the
 // order-of-summation differences of any two fp32 GEMMs.
-void add_scaled_square(const float* A, int64_t k, float c, float* B) {
-  symmetric_product(A, k, /*columns=*/false, k, k, c, 1.0f, B);
+void add_scaled_square(Precision pr, const float* A, int64_t k, float c, float* B) {
+  symmetric_product(pr, A, k, /*columns=*/false, k, k, c, 1.0f, B);
 }
 
 // x_next += B·W, written back in X's layout.
-void add_poly_times_x(const float* B, const float* x, int64_t rows, int64_t cols, float* x_next) {
+void add_poly_times_x(Precision pr, const float* B, const float* x, int64_t rows, int64_t cols,
+                      float* x_next) {
   if (rows <= cols) {
-    gemm(Trans::kNo, Trans::kNo, rows, cols, rows, 1.0f, B, rows, x, cols, 1.0f, x_next, cols);
+    matmul(pr, Trans::kNo, Trans::kNo, rows, cols, rows, 1.0f, B, rows, x, cols, 1.0f, x_next,
+           cols);
   } else {
-    gemm(Trans::kNo, Trans::kYes, rows, cols, cols, 1.0f, x, cols, B, cols, 1.0f, x_next, cols);
+    matmul(pr, Trans::kNo, Trans::kYes, rows, cols, cols, 1.0f, x, cols, B, cols, 1.0f, x_next,
+           cols);
   }
 }
 
@@ -128,11 +131,11 @@ void newton_schulz5(const float* G, int64_t rows, int64_t cols, int steps, float
   });
 
   for (int step = 0; step < steps; ++step) {
-    gram(x, rows, cols, A);
+    gram(ws.precision, x, rows, cols, A);
     scale(A, k * k, coeffs.b, B);
-    add_scaled_square(A, k, coeffs.c, B);
+    add_scaled_square(ws.precision, A, k, coeffs.c, B);
     scale(x, n, coeffs.a, x_next);
-    add_poly_times_x(B, x, rows, cols, x_next);
+    add_poly_times_x(ws.precision, B, x, rows, cols, x_next);
     std::swap(x, x_next);
   }
   std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));

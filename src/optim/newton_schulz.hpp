@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/matmul.hpp"
+
 namespace nanogpt {
 
 // The seed's values. float because that is the precision in which they meet the matrices.
@@ -34,6 +36,9 @@ struct NewtonSchulzWorkspace {
   // Not used by newton_schulz5: lets Muon stage its Nesterov gradient and receive the update
   // in place, so one workspace is all the scratch an optimizer step needs.
   std::vector<float> staging;
+  // bf16: the products take bf16-rounded operands (fp32 accumulation), as the seed's
+  // bf16 iteration does; the iterate and the polynomial coefficients stay fp32.
+  Precision precision = Precision::kFp32;
 
   // Grows the buffers to fit a rows×cols matrix (never shrinks).
   void reserve(int64_t rows, int64_t cols);
