@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "model/config.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "test_support.hpp"
@@ -55,6 +56,21 @@ TEST(Config, SetOverridesAndRoundTripsThroughJson) {
   EXPECT_EQ(c.attn_free_layers, (std::vector<int64_t>{3, 5}));
   Config back = config_from_json(config_to_json(c), preset("speedrun"));
   EXPECT_EQ(config_to_json(back), config_to_json(c));
+}
+
+TEST(Config, PrecisionIsAutoByDefaultAndResolvesFromTheCpu) {
+  Config c = preset("cpu");
+  EXPECT_EQ(c.precision, "auto");
+  const CpuInfo& cpu = cpu_info();
+  EXPECT_EQ(resolved_precision(c),
+            cpu.avx512_bf16 || cpu.amx_bf16 ? Precision::kBf16 : Precision::kFp32);
+  set_config_value(c, "precision=fp32");
+  EXPECT_EQ(resolved_precision(c), Precision::kFp32);
+  set_config_value(c, "precision=\"bf16\"");  // JSON spelling works too
+  EXPECT_EQ(resolved_precision(c), Precision::kBf16);
+  c.precision = "fp16";
+  EXPECT_NE(error_of([&] { validate_config(c); }).find("\"auto\", \"fp32\" or \"bf16\""),
+            std::string::npos);
 }
 
 TEST(Config, ErrorsNameTheFieldAndWhatIsAllowed) {

@@ -1,4 +1,7 @@
-// Incremental decoding must give the logits of a full recompute (within 1e-5).
+// Incremental decoding must give the logits of a full recompute: within 1e-5 in fp32. In bf16
+// the two paths sum in different orders, so an activation can land on the other side of a bf16
+// rounding boundary before the next product (2⁻⁹ relative); the bound is 2e-3 absolute on
+// logits of magnitude ≤ 30.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,8 +14,9 @@
 namespace nanogpt {
 namespace {
 
-TEST(GptDecoder, KvCacheLogitsEqualFullRecompute) {
+void check_kv_cache_against_full_recompute(const char* precision, double bound) {
   Config c = micro_config();
+  c.precision = precision;
   Gpt model(c);
   model.init_parameters(3);
   // The real initialisation zeroes the projections and the head; perturb everything so every
@@ -33,6 +37,7 @@ TEST(GptDecoder, KvCacheLogitsEqualFullRecompute) {
   p.W = model.params().data("lm_head.weight");
   p.softcap = static_cast<float>(c.logit_softcap);
   p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(double(c.model_dim)));
+  p.precision = model.precision();
   capped_logits(p, full.data());
 
   GptDecoder decoder(model, T, W);
@@ -42,8 +47,17 @@ TEST(GptDecoder, KvCacheLogitsEqualFullRecompute) {
     for (int64_t v = 0; v < Vp; ++v)
       worst = std::max(worst, double(std::abs(z[v] - full[t * Vp + v])));
   }
-  EXPECT_LT(worst, 1e-5);
+  std::printf("kv cache (%s): worst logit difference %.2e\n", precision, worst);
+  EXPECT_LT(worst, bound);
   EXPECT_THROW(decoder.step(1), std::exception);  // context full
+}
+
+TEST(GptDecoder, KvCacheLogitsEqualFullRecomputeFp32) {
+  check_kv_cache_against_full_recompute("fp32", 1e-5);
+}
+
+TEST(GptDecoder, KvCacheLogitsEqualFullRecomputeBf16) {
+  check_kv_cache_against_full_recompute("bf16", 2e-3);
 }
 
 }  // namespace

@@ -208,8 +208,9 @@ void set_config_value(Config& config, const std::string& assignment) {
   const Field& f = find_field(key);
   nlohmann::json v;
   if (std::holds_alternative<std::string Config::*>(f.ptr)) {
-    // Strings are taken as written: --set precision=bf16.
-    assign_from_json(config, f, nlohmann::json(value));
+    // Strings are taken as written (--set precision=bf16), or as JSON when quoted.
+    const bool quoted = value.size() >= 2 && value.front() == '"' && value.back() == '"';
+    assign_from_json(config, f, nlohmann::json(quoted ? value.substr(1, value.size() - 2) : value));
     return;
   }
   try {
