@@ -1,6 +1,7 @@
 #include "model/gpt.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -9,6 +10,7 @@
 #include "model/model_kernels.hpp"
 #include "runtime/error.hpp"
 #include "runtime/random.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
@@ -21,6 +23,39 @@ std::string block_name(int64_t i, const char* suffix) {
 template <class T>
 void resize(std::vector<T>& v, int64_t n) {
   v.resize(static_cast<size_t>(n));
+}
+
+// The element-wise passes run over fixed blocks of token rows. Block boundaries depend only on
+// T, and reductions keep one partial sum per block, added in block order, so results are
+// bitwise the same on any number of threads.
+constexpr int64_t kRowBlock = 32;
+
+int64_t row_blocks(int64_t T) {
+  return (T + kRowBlock - 1) / kRowBlock;
+}
+
+// fn(block, t0, t1) for each block of rows [t0, t1).
+template <class Fn>
+void for_row_blocks(int64_t T, Fn&& fn) {
+  const int64_t blocks = row_blocks(T);
+  if (blocks == 1) {
+    fn(int64_t{0}, int64_t{0}, T);
+    return;
+  }
+  ThreadPool::current().parallel_for(static_cast<size_t>(blocks), [&](size_t b, int) {
+    const int64_t t0 = static_cast<int64_t>(b) * kRowBlock;
+    fn(static_cast<int64_t>(b), t0, std::min(T, t0 + kRowBlock));
+  });
+}
+
+// Σ over blocks of k per-block partial sums, in block order.
+template <size_t k>
+std::array<double, k> sum_blocks(const std::vector<std::array<double, k>>& partial) {
+  std::array<double, k> total{};
+  for (const auto& p : partial) {
+    for (size_t i = 0; i < k; ++i) total[i] += p[i];
+  }
+  return total;
 }
 
 }  // namespace
@@ -202,27 +237,33 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
 
   Real* base = params_.values().data();
   const Real* embed = params_.data("embed.weight");
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(&x0_[t * d], embed + tokens_[t] * d, d * sizeof(Real));
-  rmsnorm_forward(x0_.data(), d, x0_.data(), d, rstd0_.data(), T, d);
+  for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      std::memcpy(&x0_[t * d], embed + tokens_[t] * d, d * sizeof(Real));
+    rmsnorm_forward(&x0_[t0 * d], d, &x0_[t0 * d], d, &rstd0_[t0], t1 - t0, d);
+  });
 
   const Real* x_prev = x0_.data();
   for (int64_t i = 0; i < L; ++i) {
     LayerActivations& A = layers_[static_cast<size_t>(i)];
     LayerWeights w = weights_of(base, i);
-    if (i >= n) {
-      const Real s = params_.data("skip_weights")[i - n];
-      const Real* src = layers_[static_cast<size_t>(L - 1 - i)].x_out.data();
-      for (int64_t j = 0; j < T * d; ++j) A.x_in[j] = x_prev[j] + s * src[j];
-    } else {
-      std::memcpy(A.x_in.data(), x_prev, T * d * sizeof(Real));
-    }
+    const Real skip = i >= n ? params_.data("skip_weights")[i - n] : Real(0);
+    const Real* skip_src = i >= n ? layers_[static_cast<size_t>(L - 1 - i)].x_out.data() : nullptr;
     const Real l0 = w.lambdas[0], l1 = w.lambdas[1];
-    for (int64_t j = 0; j < T * d; ++j) A.x_mix[j] = l0 * A.x_in[j] + l1 * x0_[j];
-
-    std::memcpy(A.x_attn.data(), A.x_mix.data(), T * d * sizeof(Real));
-    if (config_.has_attention(i)) {
-      rmsnorm_forward(A.x_mix.data(), d, A.norm1.data(), d, A.rstd1.data(), T, d);
+    const bool attention = config_.has_attention(i);
+    // One pass: the skip, the x0 mix, the residual's copy, and the attention's norm.
+    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+      for (int64_t j = t0 * d; j < t1 * d; ++j) {
+        const Real x_in = skip_src != nullptr ? x_prev[j] + skip * skip_src[j] : x_prev[j];
+        A.x_in[j] = x_in;
+        A.x_mix[j] = l0 * x_in + l1 * x0_[j];
+        A.x_attn[j] = A.x_mix[j];
+      }
+      if (attention) {
+        rmsnorm_forward(&A.x_mix[t0 * d], d, &A.norm1[t0 * d], d, &A.rstd1[t0], t1 - t0, d);
+      }
+    });
+    if (attention) {
       model_gemm(precision_, Trans::kNo, Trans::kYes, T, 3 * HD, d, Real(1), A.norm1.data(), d,
                  w.qkv_w, d, Real(0), A.qkv_raw.data(), 3 * HD);
       const int ve_index = config_.value_embed_index(i);
@@ -230,32 +271,40 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
                            ? nullptr
                            : params_.data("value_embeds." + std::to_string(ve_index) + ".weight");
       const Real la0 = w.attn_lambdas[0], la1 = w.attn_lambdas[1];
-      for (int64_t t = 0; t < T; ++t) {
-        const Real* raw = &A.qkv_raw[t * 3 * HD];
-        Real* out = &A.qkv[t * 3 * HD];
-        // q and k: 2H heads of D, normalised per head, then rotated.
-        rmsnorm_forward(raw, D, out, D, &A.rstd_qk[t * 2 * H], 2 * H, D);
-        rotary_.apply(out, 2 * H, t);
-        const Real* vrow = ve == nullptr ? nullptr : ve + tokens_[t] * d;
-        for (int64_t e = 0; e < HD; ++e) {
-          out[2 * HD + e] = la0 * raw[2 * HD + e] + (vrow != nullptr ? la1 * vrow[e] : Real(0));
+      for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const Real* raw = &A.qkv_raw[t * 3 * HD];
+          Real* out = &A.qkv[t * 3 * HD];
+          // q and k: 2H heads of D, normalised per head, then rotated.
+          rmsnorm_forward(raw, D, out, D, &A.rstd_qk[t * 2 * H], 2 * H, D);
+          rotary_.apply(out, 2 * H, t);
+          const Real* vrow = ve == nullptr ? nullptr : ve + tokens_[t] * d;
+          for (int64_t e = 0; e < HD; ++e) {
+            out[2 * HD + e] = la0 * raw[2 * HD + e] + (vrow != nullptr ? la1 * vrow[e] : Real(0));
+          }
         }
-      }
+      });
       const AttentionArgs<Real> ap = attention_args(i, window_blocks);
       model_attention_forward(ap, A.attn_out.data(), A.lse.data());
       model_gemm(precision_, Trans::kNo, Trans::kYes, T, d, HD, Real(1), A.attn_out.data(), HD,
                  w.attn_proj, HD, Real(1), A.x_attn.data(), d);
     }
-    rmsnorm_forward(A.x_attn.data(), d, A.norm2.data(), d, A.rstd2.data(), T, d);
+    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+      rmsnorm_forward(&A.x_attn[t0 * d], d, &A.norm2[t0 * d], d, &A.rstd2[t0], t1 - t0, d);
+      std::memcpy(&A.x_out[t0 * d], &A.x_attn[t0 * d], (t1 - t0) * d * sizeof(Real));
+    });
     model_gemm(precision_, Trans::kNo, Trans::kYes, T, 4 * d, d, Real(1), A.norm2.data(), d, w.c_fc,
                d, Real(0), A.h_pre.data(), 4 * d);
-    relu_squared_forward(A.h_pre.data(), dh_.data(), T * 4 * d);
-    std::memcpy(A.x_out.data(), A.x_attn.data(), T * d * sizeof(Real));
+    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+      relu_squared_forward(&A.h_pre[t0 * 4 * d], &dh_[t0 * 4 * d], (t1 - t0) * 4 * d);
+    });
     model_gemm(precision_, Trans::kNo, Trans::kYes, T, d, 4 * d, Real(1), dh_.data(), 4 * d,
                w.mlp_proj, 4 * d, Real(1), A.x_out.data(), d);
     x_prev = A.x_out.data();
   }
-  rmsnorm_forward(x_prev, d, final_norm_.data(), d, rstd_final_.data(), T, d);
+  for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    rmsnorm_forward(x_prev + t0 * d, d, &final_norm_[t0 * d], d, &rstd_final_[t0], t1 - t0, d);
+  });
 }
 
 namespace {
@@ -321,8 +370,10 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       loss_params(config_, final_norm_.data(), params_.data("lm_head.weight"), targets.data(), T);
   p.loss_scale = loss_scale;
   const double loss_sum = model_loss_backward(p, dnorm_.data(), grad_of("lm_head.weight"));
-  rmsnorm_backward(final_norm_.data(), d, rstd_final_.data(), dnorm_.data(), d, dx_.data(), d, T, d,
-                   false);
+  for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    rmsnorm_backward(&final_norm_[t0 * d], d, &rstd_final_[t0], &dnorm_[t0 * d], d, &dx_[t0 * d], d,
+                     t1 - t0, d, false);
+  });
 
   std::fill(dx0_.begin(), dx0_.end(), Real(0));
   for (auto& s : dskip_) std::fill(s.begin(), s.end(), Real(0));
@@ -335,24 +386,31 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     LayerWeights w = weights_of(base, i);
     LayerWeights g = weights_of(gbase, i);
     // dx is the gradient of this block's output; the first half's outputs also fed a skip.
-    if (i < n) {
-      const Real* ds = dskip_[static_cast<size_t>(i)].data();
-      for (int64_t j = 0; j < T * d; ++j) dx[j] += ds[j];
-    }
-
     // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ
     Real* h = dtmp_.data();
-    relu_squared_forward(A.h_pre.data(), h, T * 4 * d);
+    const Real* ds = i < n ? dskip_[static_cast<size_t>(i)].data() : nullptr;
+    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+      if (ds != nullptr) {
+        for (int64_t j = t0 * d; j < t1 * d; ++j) dx[j] += ds[j];
+      }
+      relu_squared_forward(&A.h_pre[t0 * 4 * d], h + t0 * 4 * d, (t1 - t0) * 4 * d);
+    });
     model_gemm(precision_, Trans::kYes, Trans::kNo, d, 4 * d, T, Real(1), dx, d, h, 4 * d, Real(1),
                g.mlp_proj, 4 * d);
     model_gemm(precision_, Trans::kNo, Trans::kNo, T, 4 * d, d, Real(1), dx, d, w.mlp_proj, 4 * d,
                Real(0), dh_.data(), 4 * d);
-    relu_squared_backward(A.h_pre.data(), dh_.data(), dh_.data(), T * 4 * d);
+    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+      relu_squared_backward(&A.h_pre[t0 * 4 * d], &dh_[t0 * 4 * d], &dh_[t0 * 4 * d],
+                            (t1 - t0) * 4 * d);
+    });
     model_gemm(precision_, Trans::kYes, Trans::kNo, 4 * d, d, T, Real(1), dh_.data(), 4 * d,
                A.norm2.data(), d, Real(1), g.c_fc, d);
     model_gemm(precision_, Trans::kNo, Trans::kNo, T, d, 4 * d, Real(1), dh_.data(), 4 * d, w.c_fc,
                d, Real(0), dnorm_.data(), d);
-    rmsnorm_backward(A.norm2.data(), d, A.rstd2.data(), dnorm_.data(), d, dx, d, T, d, true);
+    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+      rmsnorm_backward(&A.norm2[t0 * d], d, &A.rstd2[t0], &dnorm_[t0 * d], d, dx + t0 * d, d,
+                       t1 - t0, d, true);
+    });
     // dx is now d(x_attn).
 
     if (config_.has_attention(i)) {
@@ -374,66 +432,84 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
         dve = grad_of(name);
       }
       const Real la0 = w.attn_lambdas[0], la1 = w.attn_lambdas[1];
-      double dla0 = 0, dla1 = 0;
-      std::vector<Real>& qk_norm = dtmp_;  // reused: normalised q, k of one token before RoPE
-      for (int64_t t = 0; t < T; ++t) {
-        Real* drow = &dqkv_[t * 3 * HD];
-        const Real* raw = &A.qkv_raw[t * 3 * HD];
-        const Real* vrow = ve == nullptr ? nullptr : ve + tokens_[t] * d;
-        Real* dvrow = dve == nullptr ? nullptr : dve + tokens_[t] * d;
-        for (int64_t e = 0; e < HD; ++e) {
-          const Real gv = drow[2 * HD + e];
-          dla0 += static_cast<double>(gv) * raw[2 * HD + e];
-          if (vrow != nullptr) {
-            dla1 += static_cast<double>(gv) * vrow[e];
-            dvrow[e] += la1 * gv;
-          }
-          drow[2 * HD + e] = la0 * gv;
+      // Tokens repeat, so rows of the value embedding's gradient are shared: accumulated
+      // serially, in token order, before the parallel pass rescales dv.
+      if (dve != nullptr) {
+        for (int64_t t = 0; t < T; ++t) {
+          const Real* gv = &dqkv_[t * 3 * HD + 2 * HD];
+          Real* dvrow = dve + tokens_[t] * d;
+          for (int64_t e = 0; e < HD; ++e) dvrow[e] += la1 * gv[e];
         }
-        // q, k: undo the rotation on the gradient, then the per-head norm.
-        rotary_.apply_inverse(drow, 2 * H, t);
-        Real* y = qk_norm.data();
-        std::memcpy(y, &A.qkv[t * 3 * HD], 2 * HD * sizeof(Real));
-        rotary_.apply_inverse(y, 2 * H, t);
-        rmsnorm_backward(y, D, &A.rstd_qk[t * 2 * H], drow, D, drow, D, 2 * H, D, false);
       }
-      g.attn_lambdas[0] += static_cast<Real>(dla0);
-      g.attn_lambdas[1] += static_cast<Real>(dla1);
+      std::vector<std::array<double, 2>> dla(static_cast<size_t>(row_blocks(T)));
+      for_row_blocks(T, [&](int64_t b, int64_t t0, int64_t t1) {
+        double dla0 = 0, dla1 = 0;
+        for (int64_t t = t0; t < t1; ++t) {
+          Real* drow = &dqkv_[t * 3 * HD];
+          const Real* raw = &A.qkv_raw[t * 3 * HD];
+          const Real* vrow = ve == nullptr ? nullptr : ve + tokens_[t] * d;
+          for (int64_t e = 0; e < HD; ++e) {
+            const Real gv = drow[2 * HD + e];
+            dla0 += static_cast<double>(gv) * raw[2 * HD + e];
+            if (vrow != nullptr) dla1 += static_cast<double>(gv) * vrow[e];
+            drow[2 * HD + e] = la0 * gv;
+          }
+          // q, k: undo the rotation on the gradient, then the per-head norm. dtmp_ holds
+          // each token's normalised q, k before RoPE.
+          rotary_.apply_inverse(drow, 2 * H, t);
+          Real* y = &dtmp_[t * 2 * HD];
+          std::memcpy(y, &A.qkv[t * 3 * HD], 2 * HD * sizeof(Real));
+          rotary_.apply_inverse(y, 2 * H, t);
+          rmsnorm_backward(y, D, &A.rstd_qk[t * 2 * H], drow, D, drow, D, 2 * H, D, false);
+        }
+        dla[static_cast<size_t>(b)] = {dla0, dla1};
+      });
+      const std::array<double, 2> dla_sum = sum_blocks(dla);
+      g.attn_lambdas[0] += static_cast<Real>(dla_sum[0]);
+      g.attn_lambdas[1] += static_cast<Real>(dla_sum[1]);
       model_gemm(precision_, Trans::kYes, Trans::kNo, 3 * HD, d, T, Real(1), dqkv_.data(), 3 * HD,
                  A.norm1.data(), d, Real(1), g.qkv_w, d);
       model_gemm(precision_, Trans::kNo, Trans::kNo, T, d, 3 * HD, Real(1), dqkv_.data(), 3 * HD,
                  w.qkv_w, d, Real(0), dnorm_.data(), d);
-      rmsnorm_backward(A.norm1.data(), d, A.rstd1.data(), dnorm_.data(), d, dx, d, T, d, true);
+      for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+        rmsnorm_backward(&A.norm1[t0 * d], d, &A.rstd1[t0], &dnorm_[t0 * d], d, dx + t0 * d, d,
+                         t1 - t0, d, true);
+      });
     }
-    // dx is now d(x_mix); x_mix = λ0·x_in + λ1·x0.
+    // dx is now d(x_mix); x_mix = λ0·x_in + λ1·x0 ...
     const Real l0 = w.lambdas[0], l1 = w.lambdas[1];
-    double dl0 = 0, dl1 = 0;
-    for (int64_t j = 0; j < T * d; ++j) {
-      const Real gm = dx[j];
-      dl0 += static_cast<double>(gm) * A.x_in[j];
-      dl1 += static_cast<double>(gm) * x0_[j];
-      dx0_[j] += l1 * gm;
-      dx[j] = l0 * gm;
-    }
-    g.lambdas[0] += static_cast<Real>(dl0);
-    g.lambdas[1] += static_cast<Real>(dl1);
-    // dx is now d(x_in); for the second half x_in = x_prev + s·skip_source.
-    if (i >= n) {
-      const int64_t src_layer = L - 1 - i;
-      const Real* src = layers_[static_cast<size_t>(src_layer)].x_out.data();
-      const Real s = skip_w[i - n];
-      Real* ds = dskip_[static_cast<size_t>(src_layer)].data();
-      double dsw = 0;
-      for (int64_t j = 0; j < T * d; ++j) {
-        dsw += static_cast<double>(dx[j]) * src[j];
-        ds[j] += s * dx[j];
+    // ... then, for the second half, x_in = x_prev + s·skip_source. One pass does both.
+    const Real* src = i >= n ? layers_[static_cast<size_t>(L - 1 - i)].x_out.data() : nullptr;
+    const Real s = i >= n ? skip_w[i - n] : Real(0);
+    Real* dskip_out = i >= n ? dskip_[static_cast<size_t>(L - 1 - i)].data() : nullptr;
+    std::vector<std::array<double, 3>> partial(static_cast<size_t>(row_blocks(T)));
+    for_row_blocks(T, [&](int64_t b, int64_t t0, int64_t t1) {
+      double dl0 = 0, dl1 = 0, dsw = 0;
+      for (int64_t j = t0 * d; j < t1 * d; ++j) {
+        const Real gm = dx[j];
+        dl0 += static_cast<double>(gm) * A.x_in[j];
+        dl1 += static_cast<double>(gm) * x0_[j];
+        dx0_[j] += l1 * gm;
+        const Real g_in = l0 * gm;  // d(x_in)
+        dx[j] = g_in;
+        if (src != nullptr) {
+          dsw += static_cast<double>(g_in) * src[j];
+          dskip_out[j] += s * g_in;
+        }
       }
-      skip_grad[i - n] += static_cast<Real>(dsw);
-    }
+      partial[static_cast<size_t>(b)] = {dl0, dl1, dsw};
+    });
+    const std::array<double, 3> sums = sum_blocks(partial);
+    g.lambdas[0] += static_cast<Real>(sums[0]);
+    g.lambdas[1] += static_cast<Real>(sums[1]);
+    if (src != nullptr) skip_grad[i - n] += static_cast<Real>(sums[2]);
   }
   // The first block's input is x0 itself.
-  for (int64_t j = 0; j < T * d; ++j) dx0_[j] += dx[j];
-  rmsnorm_backward(x0_.data(), d, rstd0_.data(), dx0_.data(), d, dnorm_.data(), d, T, d, false);
+  for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    for (int64_t j = t0 * d; j < t1 * d; ++j) dx0_[j] += dx[j];
+    rmsnorm_backward(&x0_[t0 * d], d, &rstd0_[t0], &dx0_[t0 * d], d, &dnorm_[t0 * d], d, t1 - t0, d,
+                     false);
+  });
   Real* gembed = grad_of("embed.weight");
   for (int64_t t = 0; t < T; ++t) {
     Real* row = gembed + tokens_[t] * d;
