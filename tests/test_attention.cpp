@@ -11,6 +11,10 @@
 #include <vector>
 
 #include "kernels/attention.hpp"
+#include "kernels/attention_internal.hpp"
+#include "kernels/bf16.hpp"
+#include "kernels/gemm/microkernel.hpp"
+#include "kernels/matmul.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -90,19 +94,45 @@ struct Problem {
     params.T = T;
     params.H = H;
     params.D = D;
+    params.ld = ld;
+    params.window_blocks = w;
+    params.block_size = block_size;
+    rebind();
+  }
+  Problem(const Problem& other) : Problem(other, false) {}
+  Problem& operator=(const Problem&) = delete;
+  // The same problem with q, k, v and dout rounded to bf16: the exact math on the operands the
+  // bf16 kernels round, so comparing against it leaves only the kernels' own roundings.
+  Problem rounded_to_bf16() const { return Problem(*this, true); }
+  // Points params at this copy's buffers.
+  void rebind() {
     params.q = qkv.data();
     params.k = qkv.data() + H * D;
     params.v = qkv.data() + 2 * H * D;
-    params.ld = ld;
     params.doc = doc.data();
-    params.window_blocks = w;
-    params.block_size = block_size;
   }
   float& k(int64_t t, int64_t h, int64_t e) {
     return qkv[static_cast<size_t>(t * ld + (H + h) * D + e)];
   }
   float& v(int64_t t, int64_t h, int64_t e) {
     return qkv[static_cast<size_t>(t * ld + (2 * H + h) * D + e)];
+  }
+
+ private:
+  Problem(const Problem& other, bool round)
+      : T(other.T),
+        H(other.H),
+        D(other.D),
+        ld(other.ld),
+        doc(other.doc),
+        qkv(other.qkv),
+        dout(other.dout),
+        params(other.params) {
+    if (round) {
+      for (float& x : qkv) x = round_to_bf16(x);
+      for (float& x : dout) x = round_to_bf16(x);
+    }
+    rebind();
   }
 };
 
@@ -165,16 +195,17 @@ struct Case {
   Docs docs;
 };
 
-// Every T, doc layout and window, with (H, D) cycling through all six pairs: all values of
-// every parameter appear without the full product's cost.
+// Every T, doc layout and window, with (H, D) cycling through all eight pairs: all values of
+// every parameter appear without the full product's cost. D = 36 is a multiple of neither the
+// AMX k step (32) nor any kernel's nr, so both paddings are exercised.
 std::vector<Case> awkward_cases() {
   std::vector<Case> cases;
-  const int64_t hs[] = {1, 3}, ds[] = {8, 16, 64};
+  const int64_t hs[] = {1, 3}, ds[] = {8, 16, 36, 64};
   int n = 0;
   for (int64_t T : {1, 7, 127, 128, 129, 300, 513}) {
     for (Docs docs : {Docs::kSingle, Docs::kManyShort, Docs::kTileEdge, Docs::kStartAt0And1}) {
       for (int64_t W : {1, 2, 5}) {
-        cases.push_back({T, hs[n % 2], ds[n / 2 % 3], W, docs});
+        cases.push_back({T, hs[n % 2], ds[n / 2 % 4], W, docs});
         ++n;
       }
     }
@@ -247,6 +278,187 @@ TEST(Attention, BackwardMatchesReference) {
   }
   std::printf("backward worst relative error: dq %.3g, dk %.3g, dv %.3g\n", worst[0], worst[1],
               worst[2]);
+}
+
+// Outputs of one forward and backward; the backward starts from the forward's own out and lse,
+// as in training.
+struct Outputs {
+  std::vector<float> out, lse;
+  Grads g;
+};
+
+// The kernels on `kernel`, or through the public entry points (the active kernel of
+// pr.params.precision) when it is null. Every output starts as NaN.
+Outputs run_kernels(const Problem& pr, const MicroKernel* kernel, std::string* stray) {
+  Outputs r;
+  r.out.assign(static_cast<size_t>(pr.T * pr.H * pr.D), kNaN);
+  r.lse.assign(static_cast<size_t>(pr.H * pr.T), kNaN);
+  if (kernel != nullptr) {
+    attention_forward_with(*kernel, pr.params, r.out.data(), r.lse.data());
+  } else {
+    attention_forward(pr.params, r.out.data(), r.lse.data());
+  }
+  r.g = run_backward(
+      pr,
+      [&](float* dq, float* dk, float* dv) {
+        if (kernel != nullptr) {
+          attention_backward_with(*kernel, pr.params, r.out.data(), r.lse.data(), pr.dout.data(),
+                                  dq, dk, dv);
+        } else {
+          attention_backward(pr.params, r.out.data(), r.lse.data(), pr.dout.data(), dq, dk, dv);
+        }
+      },
+      stray);
+  return r;
+}
+
+Outputs run_reference(const Problem& pr) {
+  Outputs r;
+  r.out.assign(static_cast<size_t>(pr.T * pr.H * pr.D), kNaN);
+  r.lse.assign(static_cast<size_t>(pr.H * pr.T), kNaN);
+  attention_forward_reference(pr.params, r.out.data(), r.lse.data());
+  std::string stray;
+  r.g = run_backward(
+      pr,
+      [&](float* dq, float* dk, float* dv) {
+        attention_backward_reference(pr.params, pr.dout.data(), dq, dk, dv);
+      },
+      &stray);
+  return r;
+}
+
+constexpr const char* kOutputNames[5] = {"out", "lse", "dq", "dk", "dv"};
+
+struct Errors {
+  double e[5] = {0, 0, 0, 0, 0};  // in the order of kOutputNames
+  void max_with(const Errors& o) {
+    for (int i = 0; i < 5; ++i) e[i] = std::max(e[i], o.e[i]);
+  }
+  std::string str() const {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "out %.3g, lse %.3g, dq %.3g, dk %.3g, dv %.3g", e[0], e[1],
+                  e[2], e[3], e[4]);
+    return buf;
+  }
+};
+
+Errors errors(const Outputs& got, const Outputs& want) {
+  Errors err;
+  err.e[0] = rel_error(got.out, want.out);
+  err.e[1] = rel_error(got.lse, want.lse);
+  err.e[2] = rel_error(got.g.dq, want.g.dq);
+  err.e[3] = rel_error(got.g.dk, want.g.dk);
+  err.e[4] = rel_error(got.g.dv, want.g.dv);
+  return err;
+}
+
+// Bounds of the fp32 kernels, as the two tests above state them.
+constexpr Errors kFp32Bounds = {{1e-5, 1e-5, 2e-5, 2e-5, 2e-5}};
+
+// Bounds of the bf16 kernels against the reference on the same problem with q, k, v and dout
+// rounded to bf16, so that only the kernels' own roundings are measured: P is rounded to bf16
+// as the operand of P·V and Pᵀ·dO, dS as the operand of dSᵀ·Q and dS·K; everything else
+// (scores, softmax statistics, Delta, accumulators) is fp32, as in the fp32 kernels. Errors are
+// relative to max(max |want|, 1) as above; every bf16 kernel (AMX, AVX512-BF16, fp32 kernels on
+// rounded operands) gives the same figures, since bf16 products are exact in fp32.
+//   out: Σ_j bf16(p_j)·v_j / l with |bf16(p) − p| ≤ 2⁻⁹·p and |v| ≤ 1, so |error| ≤ 2⁻⁹ ≈
+//     1.95e-3 whatever the weights; the fp32 part adds ~1e-6. Seen 1.5e-3. Bound 2e-3.
+//   lse: no bf16 rounding reaches it (the scores are products of the very values the reference
+//     uses, summed in fp32): the fp32 bound, 1e-5. Seen 1.5e-7.
+//   dv = Σ_i bf16(P_ij)·dO_i: 2⁻⁹ relative per term, but the terms share no normalizer, so
+//     the error is up to 2⁻⁹·Σ_i P_ij·|dO_i|, which exceeds 2⁻⁹·max(|dv|, 1) for keys many
+//     queries attend to; the rounding errors of the up to 513 terms partly cancel. Seen 2.7e-3.
+//     Bound 4e-3.
+//   dq, dk: sums of bf16(dS)·k and bf16(dS)ᵀ·q, with dS = scale·P∘(dP − Delta) rounded to 2⁻⁹
+//     relative, and the error of Delta = bf16(dO)·out, where out carries the forward's P
+//     rounding (≤ 2⁻⁹, above). Seen 3.8e-3 (6.5e-3 and 8.7e-3 when Delta used the unrounded
+//     dO, inconsistent with the dO of dP). Bound 6e-3.
+constexpr Errors kBf16Bounds = {{2e-3, 1e-5, 6e-3, 6e-3, 4e-3}};
+// And against the exact reference (unrounded operands), a check of scale rather than of
+// rounding: rounding q and k moves a score s = scale·Σ_e q_e·k_e by ~2⁻⁹·scale·sqrt(Σ_e
+// q_e²k_e²) ≈ 6e-3 (one sigma at D = 64, |q|, |k| ~ 2), up to ~2.5e-2 over the many pairs, which
+// moves a softmax weight by as much relative: out (a mix of v, |v| ≤ 1) and lse by up to that.
+// Seen: out 1.8e-2, lse 4.6e-3, dq 1.1e-2, dk 1.0e-2, dv 6.5e-3. Bounds 3e-2 on out, 1e-2 on
+// lse, 2e-2 on the gradients.
+constexpr Errors kBf16ExactBounds = {{3e-2, 1e-2, 2e-2, 2e-2, 2e-2}};
+
+// got within the bounds, one expectation per output.
+void expect_within(const Errors& got, const Errors& bound, const std::string& what) {
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_LT(got.e[i], bound.e[i]) << kOutputNames[i] << " " << what;
+  }
+}
+
+TEST(Attention, Bf16MatchesRoundedReference) {
+  // The active bf16 kernel (AMX where the CPU has it) on every awkward case.
+  Errors worst_rounded, worst_exact;
+  uint32_t seed = 300;
+  for (const Case& c : awkward_cases()) {
+    std::mt19937 rng(seed);
+    Problem pr(c.T, c.H, c.D, c.W, make_docs(c.docs, c.T, rng), seed++);
+    pr.params.precision = Precision::kBf16;
+    std::string stray;
+    const Outputs got = run_kernels(pr, nullptr, &stray);
+    EXPECT_TRUE(stray.empty()) << stray << " " << describe(c);
+    const Errors rounded = errors(got, run_reference(pr.rounded_to_bf16()));
+    const Errors exact = errors(got, run_reference(pr));
+    expect_within(rounded, kBf16Bounds, "vs rounded reference, " + describe(c));
+    expect_within(exact, kBf16ExactBounds, "vs exact reference, " + describe(c));
+    worst_rounded.max_with(rounded);
+    worst_exact.max_with(exact);
+  }
+  std::printf("bf16 (%s) worst relative error vs rounded reference: %s\n",
+              active_bf16_microkernel().isa, worst_rounded.str().c_str());
+  std::printf("bf16 (%s) worst relative error vs exact reference: %s\n",
+              active_bf16_microkernel().isa, worst_exact.str().c_str());
+}
+
+TEST(Attention, EveryMicroKernelMatchesReference) {
+  // Every kernel this CPU has, whatever NANOGPT_ISA selects: fp32 ones in fp32, and in bf16
+  // the native ones (AVX512-BF16 12×32, AMX 32×32) and the fp32 ones on operands their packers
+  // round. Their mr (4, 6, 8, 12, 32) and nr (8, 16, 32) pad tiles and head dims differently.
+  // Every third awkward case, which still covers every T, D, document layout and window.
+  const std::vector<Case> all = awkward_cases();
+  struct Config {
+    MicroKernel kernel;
+    Precision precision;
+  };
+  std::vector<Config> configs;
+  for (const MicroKernel& k : available_microkernels()) configs.push_back({k, Precision::kFp32});
+  for (const MicroKernel& k : available_bf16_microkernels()) {
+    configs.push_back({k, Precision::kBf16});
+  }
+  for (const Config& config : configs) {
+    const bool bf16 = config.precision == Precision::kBf16;
+    const std::string who = std::string(config.kernel.isa) + (bf16 ? " bf16" : " fp32") +
+                            " mr=" + std::to_string(config.kernel.mr) +
+                            " nr=" + std::to_string(config.kernel.nr);
+    Errors worst;
+    uint32_t seed = 400;
+    for (size_t i = 0; i < all.size(); i += 3) {
+      const Case& c = all[i];
+      std::mt19937 rng(seed);
+      Problem pr(c.T, c.H, c.D, c.W, make_docs(c.docs, c.T, rng), seed++);
+      pr.params.precision = config.precision;
+      std::string stray;
+      const Outputs got = run_kernels(pr, &config.kernel, &stray);
+      EXPECT_TRUE(stray.empty()) << stray << " " << who << " " << describe(c);
+      const Errors e = errors(got, run_reference(bf16 ? pr.rounded_to_bf16() : pr));
+      expect_within(e, bf16 ? kBf16Bounds : kFp32Bounds, who + ", " + describe(c));
+      worst.max_with(e);
+    }
+    std::printf("%-24s worst relative error: %s\n", who.c_str(), worst.str().c_str());
+  }
+}
+
+TEST(Attention, RejectsKernelThatCannotTakeThePrecision) {
+  // AMX multiplies bf16 only: asked for fp32 it must refuse, not round silently.
+  for (const MicroKernel& k : available_bf16_microkernels()) {
+    if (k.pack_a[0] != nullptr) continue;
+    Problem pr(10, 1, 8, 1, std::vector<int32_t>(10, 0), 3);
+    std::vector<float> out(10 * 8), lse(10);
+    EXPECT_THROW(attention_forward_with(k, pr.params, out.data(), lse.data()), Error) << k.isa;
+  }
 }
 
 // The loss Σ G∘out in double, written from the spec without the library, for finite
@@ -339,13 +551,17 @@ TEST(AttentionReference, ForwardMatchesDoubleLoss) {
   EXPECT_NEAR(loss, want, 1e-6 * (1 + std::abs(want)));
 }
 
-TEST(Attention, HiddenKeysDoNotChangeOutputs) {
+// Changing a key (and its value) that a query cannot see must leave that query's out, lse and
+// dq bitwise unchanged: hidden entries are skipped or contribute exact zeros, in either
+// precision.
+void expect_hidden_keys_ignored(Precision precision) {
   // Two docs (a boundary mid-block), W = 2: key 10 is outside the window of queries 256..299,
   // key 200 is in another doc for queries 300.., and every key is in the future of earlier ones.
   const int64_t T = 400, H = 2, D = 16;
   std::vector<int32_t> doc(T);
   for (int64_t t = 0; t < T; ++t) doc[t] = t < 300 ? 0 : 1;
   Problem base(T, H, D, 2, doc, 31);
+  base.params.precision = precision;
   auto run = [&](Problem& pr, std::vector<float>& out, std::vector<float>& lse,
                  std::vector<float>& dq) {
     out.assign(static_cast<size_t>(T * H * D), kNaN);
@@ -365,10 +581,6 @@ TEST(Attention, HiddenKeysDoNotChangeOutputs) {
   int future = 0, other_doc = 0, outside_window = 0, visible = 0;
   for (int64_t j : {10, 63, 64, 200, 299, 300, 399}) {
     Problem pr = base;
-    pr.params.q = pr.qkv.data();
-    pr.params.k = pr.qkv.data() + H * D;
-    pr.params.v = pr.qkv.data() + 2 * H * D;
-    pr.params.doc = pr.doc.data();
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t e = 0; e < D; ++e) {
         pr.k(j, h, e) = -2 * pr.k(j, h, e) + 0.5f;
@@ -409,43 +621,51 @@ TEST(Attention, HiddenKeysDoNotChangeOutputs) {
   EXPECT_GT(visible, 0);
 }
 
+TEST(Attention, HiddenKeysDoNotChangeOutputs) {
+  expect_hidden_keys_ignored(Precision::kFp32);
+}
+
+TEST(Attention, HiddenKeysDoNotChangeOutputsBf16) {
+  expect_hidden_keys_ignored(Precision::kBf16);
+}
+
 TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
+  // Tasks own their outputs and sum them in a fixed order, so 1, 2 and 3 threads must agree to
+  // the bit, in both precisions, and so must the grouping of heads. D = 40 pads to the AMX k
+  // step and to nr.
   std::mt19937 rng(5);
   std::vector<int32_t> doc = make_docs(Docs::kManyShort, 700, rng);
   for (int64_t t = 300; t < 700; ++t) doc[t] = doc[299] + 1;  // one long doc too
-  Problem pr(700, 3, 40, 3, doc, 77);
-  struct Result {
-    std::vector<float> out, lse;
-    Grads g;
-  };
-  auto run = [&](int threads) {
-    ThreadPool pool(threads);
-    ThreadPool::Use use(pool);
-    Result r;
-    r.out.assign(static_cast<size_t>(pr.T * pr.H * pr.D), kNaN);
-    r.lse.assign(static_cast<size_t>(pr.H * pr.T), kNaN);
-    attention_forward(pr.params, r.out.data(), r.lse.data());
-    std::string stray;
-    r.g = run_backward(
-        pr,
-        [&](float* dq, float* dk, float* dv) {
-          attention_backward(pr.params, r.out.data(), r.lse.data(), pr.dout.data(), dq, dk, dv);
-        },
-        &stray);
-    EXPECT_TRUE(stray.empty()) << stray;
-    return r;
-  };
-  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-  const Result one = run(1);
-  for (int threads : {2, 3}) {
-    const Result r = run(threads);
-    EXPECT_TRUE(same(one.out, r.out)) << threads << " threads";
-    EXPECT_TRUE(same(one.lse, r.lse)) << threads << " threads";
-    EXPECT_TRUE(same(one.g.dq, r.g.dq)) << threads << " threads";
-    EXPECT_TRUE(same(one.g.dk, r.g.dk)) << threads << " threads";
-    EXPECT_TRUE(same(one.g.dv, r.g.dv)) << threads << " threads";
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    const char* what = precision == Precision::kBf16 ? "bf16" : "fp32";
+    Problem pr(700, 3, 40, 3, doc, 77);
+    pr.params.precision = precision;
+    auto run = [&](int threads) {
+      ThreadPool pool(threads);
+      ThreadPool::Use use(pool);
+      std::string stray;
+      Outputs r = run_kernels(pr, nullptr, &stray);
+      EXPECT_TRUE(stray.empty()) << stray;
+      return r;
+    };
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    const Outputs one = run(1);
+    auto expect_same = [&](const Outputs& r, const std::string& how) {
+      EXPECT_TRUE(same(one.out, r.out)) << what << " " << how;
+      EXPECT_TRUE(same(one.lse, r.lse)) << what << " " << how;
+      EXPECT_TRUE(same(one.g.dq, r.g.dq)) << what << " " << how;
+      EXPECT_TRUE(same(one.g.dk, r.g.dk)) << what << " " << how;
+      EXPECT_TRUE(same(one.g.dv, r.g.dv)) << what << " " << how;
+    };
+    for (int threads : {2, 3}) expect_same(run(threads), std::to_string(threads) + " threads");
+    // Heads packed and processed one at a time rather than all together (the budget decides
+    // for large problems): the same bits.
+    const int64_t budget = set_attention_packed_budget(1);
+    const Outputs per_head = run(2);
+    set_attention_packed_budget(budget);
+    expect_same(per_head, "one head per group, 2 threads");
   }
 }
 
@@ -495,34 +715,41 @@ TEST(Attention, RejectsBadParams) {
 }
 
 TEST(Attention, SpeedrunShapeTiming) {
-  // The speedrun's shape: prints forward and backward time on the global pool, and checks a
-  // few query rows against the reference on a prefix (outputs of early tokens do not depend on
-  // later ones).
+  // The speedrun's shape, D = 128: prints forward and backward time on the global pool in both
+  // precisions, and checks a few query rows against the reference on a prefix (outputs of early
+  // tokens do not depend on later ones); bf16 against the reference on rounded operands.
   const int64_t T = 1024, H = 6, D = 128;
-  Problem pr(T, H, D, 8, std::vector<int32_t>(T, 0), 11);
-  std::vector<float> out(static_cast<size_t>(T * H * D)), lse(static_cast<size_t>(H * T));
-  std::vector<float> dq(static_cast<size_t>(T * pr.ld)), dk(dq.size()), dv(dq.size());
-  using Clock = std::chrono::steady_clock;
-  double best_f = 1e30, best_b = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    attention_forward(pr.params, out.data(), lse.data());
-    const auto t1 = Clock::now();
-    attention_backward(pr.params, out.data(), lse.data(), pr.dout.data(), dq.data(),
-                       dk.data() + H * D, dv.data() + 2 * H * D);
-    const auto t2 = Clock::now();
-    best_f = std::min(best_f, std::chrono::duration<double>(t1 - t0).count());
-    best_b = std::min(best_b, std::chrono::duration<double>(t2 - t1).count());
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    const bool bf16 = precision == Precision::kBf16;
+    Problem pr(T, H, D, 8, std::vector<int32_t>(T, 0), 11);
+    pr.params.precision = precision;
+    std::vector<float> out(static_cast<size_t>(T * H * D)), lse(static_cast<size_t>(H * T));
+    std::vector<float> dq(static_cast<size_t>(T * pr.ld)), dk(dq.size()), dv(dq.size());
+    using Clock = std::chrono::steady_clock;
+    double best_f = 1e30, best_b = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = Clock::now();
+      attention_forward(pr.params, out.data(), lse.data());
+      const auto t1 = Clock::now();
+      attention_backward(pr.params, out.data(), lse.data(), pr.dout.data(), dq.data(),
+                         dk.data() + H * D, dv.data() + 2 * H * D);
+      const auto t2 = Clock::now();
+      best_f = std::min(best_f, std::chrono::duration<double>(t1 - t0).count());
+      best_b = std::min(best_b, std::chrono::duration<double>(t2 - t1).count());
+    }
+    std::printf(
+        "T=%lld H=%lld D=%lld W=8 one doc, %s, %d threads: forward %.1f ms, backward %.1f ms\n",
+        static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(D),
+        bf16 ? "bf16" : "fp32", ThreadPool::current().size(), best_f * 1e3, best_b * 1e3);
+    const Problem ref = bf16 ? pr.rounded_to_bf16() : pr;
+    AttentionParams prefix = ref.params;
+    prefix.T = 200;
+    std::vector<float> want(static_cast<size_t>(200 * H * D)),
+        want_lse(static_cast<size_t>(H * 200));
+    attention_forward_reference(prefix, want.data(), want_lse.data());
+    std::vector<float> got(out.begin(), out.begin() + 200 * H * D);
+    EXPECT_LT(rel_error(got, want), bf16 ? kBf16Bounds.e[0] : kFp32Bounds.e[0]);
   }
-  std::printf("T=%lld H=%lld D=%lld W=8 one doc, %d threads: forward %.1f ms, backward %.1f ms\n",
-              static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(D),
-              ThreadPool::current().size(), best_f * 1e3, best_b * 1e3);
-  AttentionParams prefix = pr.params;
-  prefix.T = 200;
-  std::vector<float> want(static_cast<size_t>(200 * H * D)), want_lse(static_cast<size_t>(H * 200));
-  attention_forward_reference(prefix, want.data(), want_lse.data());
-  std::vector<float> got(out.begin(), out.begin() + 200 * H * D);
-  EXPECT_LT(rel_error(got, want), 1e-5);
 }
 
 }  // namespace

@@ -2,7 +2,11 @@
 // round trip through real processes.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "model/config.hpp"
 #include "test_support.hpp"
+#include "test_support_model.hpp"
 
 namespace nanogpt {
 namespace {
@@ -80,6 +84,41 @@ TEST(Cli, TokenizerTrainAndTokenizeThroughTheBinary) {
   EXPECT_TRUE(file_exists(dir.path() + "/shards/train_000000.bin"));
   EXPECT_TRUE(file_exists(dir.path() + "/shards/meta.json"));
   EXPECT_TRUE(tok.err.empty()) << "no progress bar when stderr is not a terminal: " << tok.err;
+}
+
+TEST(Cli, TrainAndEvalWriteAProfileWhenAsked) {
+  TempDir dir;
+  write_synthetic_shards(dir.path());
+  Config c = micro_config();
+  c.num_iterations = 2;
+  c.precision = "fp32";  // the profile, not the arithmetic, is under test
+  write_file_atomic(dir.path() + "/micro.json", config_to_json(c).dump());
+  const std::string data =
+      " --train '" + dir.path() + "/train_*.bin' --val '" + dir.path() + "/val_*.bin'";
+  auto train = run_nanogpt("train --config " + dir.path() + "/micro.json" + data + " --out " +
+                           dir.path() + "/run --profile " + dir.path() + "/train.json");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  for (const char* op : {"train_step", "data", "optimizer", "muon", "adam", "newton_schulz", "eval",
+                         "checkpoint", "op type"}) {
+    EXPECT_NE(train.err.find(op), std::string::npos) << op << " missing from " << train.err;
+  }
+  auto trace = nlohmann::json::parse(read_file(dir.path() + "/train.json"));
+  int steps = 0;
+  for (const auto& e : trace["traceEvents"]) steps += e["name"] == "train_step" ? 1 : 0;
+  EXPECT_EQ(steps, 2);
+
+  auto eval = run_nanogpt("eval --checkpoint " + dir.path() + "/run --val '" + dir.path() +
+                          "/val_*.bin' --profile " + dir.path() + "/eval.json");
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_NO_THROW(nlohmann::json::parse(eval.out)) << "stdout stays one JSON line: " << eval.out;
+  EXPECT_NE(eval.err.find("eval"), std::string::npos) << eval.err;
+  EXPECT_TRUE(file_exists(dir.path() + "/eval.json"));
+
+  auto bad = run_nanogpt("train --config " + dir.path() + "/micro.json" + data + " --out " +
+                         dir.path() + "/run2 --profile /no/such/dir/p.json");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("/no/such/dir"), std::string::npos) << bad.err;
+  EXPECT_FALSE(file_exists(dir.path() + "/run2/metrics.jsonl")) << "refused before training";
 }
 
 }  // namespace

@@ -1,100 +1,312 @@
+// GEMM correctness: every kernel on every ISA this CPU has, fp32 and bf16 (fp32 and bf16
+// storage), all four transpose combinations, awkward shapes, alpha/beta, padded leading
+// dimensions, NaN-poisoned outputs for beta = 0, an untouched guard region, the fused
+// epilogue, and the NANOGPT_ISA rules.
+//
+// Error bounds. The reference sums the products in double; the kernels sum K products in fp32
+// (AMX and VDPBF16PS in their own order), so |got − want| ≤ γ·(|alpha|·Σ_k|a_ik||b_kj| +
+// |beta·C_ij|) with γ = (K + 2)·2⁻²⁴ from the K additions, the alpha multiply and the beta
+// add. The tests allow 2γ. For bf16 the a and b are the operands rounded to bf16 (as the
+// reference rounds them): a product of two bf16 is exact in fp32, so the bound is the same.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/gemm/isa.hpp"
 #include "kernels/gemm/microkernel.hpp"
-#include "runtime/thread_pool.hpp"
+#include "kernels/gemm_bf16.hpp"
+#include "runtime/error.hpp"
 
 namespace nanogpt {
 namespace {
 
-std::vector<float> random_matrix(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+inline std::vector<float> random_matrix(size_t n, std::mt19937& rng) {
+  // Non-zero values of both signs, spread over a few binades.
+  std::uniform_real_distribution<float> u(0.25f, 2.0f);
   std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
+  for (auto& x : v) x = (rng() & 1 ? 1.0f : -1.0f) * u(rng);
   return v;
 }
 
-// fp32 accumulation over K terms of magnitude <= 1: relative (to the row norm) error bound
-// ~ K·eps; we allow 4·sqrt(K)·eps·K-scale slack, far below any indexing bug's error.
-void check_against_reference(const MicroKernel& kernel, Trans ta, Trans tb, int64_t M, int64_t N,
-                             int64_t K, float alpha, float beta, uint32_t seed) {
-  std::mt19937 rng(seed);
-  int64_t lda = (ta == Trans::kNo ? K : M) + 3;  // padded leading dimensions
-  int64_t ldb = (tb == Trans::kNo ? N : K) + 5;
-  int64_t ldc = N + 2;
-  auto A = random_matrix(static_cast<size_t>((ta == Trans::kNo ? M : K) * lda), rng);
-  auto B = random_matrix(static_cast<size_t>((tb == Trans::kNo ? K : N) * ldb), rng);
-  auto C0 = random_matrix(static_cast<size_t>(M * ldc), rng);
-  auto got = C0, want = C0;
-  if (beta == 0.0f) {
-    // Outputs are poisoned: beta = 0 must overwrite, never read, even NaN.
-    for (int64_t i = 0; i < M; ++i) {
-      for (int64_t j = 0; j < N; ++j)
-        got[static_cast<size_t>(i * ldc + j)] = std::numeric_limits<float>::quiet_NaN();
-    }
+struct Problem {
+  Trans ta, tb;
+  int64_t M, N, K;
+  float alpha, beta;
+  int64_t lda, ldb, ldc;
+  std::vector<float> A, B, C0;
+
+  Problem(Trans ta_, Trans tb_, int64_t M_, int64_t N_, int64_t K_, float alpha_, float beta_,
+          uint32_t seed)
+      : ta(ta_), tb(tb_), M(M_), N(N_), K(K_), alpha(alpha_), beta(beta_) {
+    std::mt19937 rng(seed);
+    lda = (ta == Trans::kNo ? K : M) + 3;  // ld > cols everywhere
+    ldb = (tb == Trans::kNo ? N : K) + 5;
+    ldc = N + 2;  // columns N, N+1 are a guard region
+    A = random_matrix(static_cast<size_t>((ta == Trans::kNo ? M : K) * lda), rng);
+    B = random_matrix(static_cast<size_t>((tb == Trans::kNo ? K : N) * ldb), rng);
+    C0 = random_matrix(static_cast<size_t>(M * ldc), rng);
   }
-  gemm_with(kernel, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
-  gemm_reference(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
-  const double tol = 1e-6 * std::max<int64_t>(K, 1) + 1e-6;
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < ldc; ++j) {
-      size_t idx = static_cast<size_t>(i * ldc + j);
-      if (j >= N) {
-        ASSERT_EQ(got[idx], C0[idx]) << "wrote outside C at " << i << "," << j;
+
+  float a(int64_t i, int64_t k) const { return ta == Trans::kNo ? A[i * lda + k] : A[k * lda + i]; }
+  float b(int64_t k, int64_t j) const { return tb == Trans::kNo ? B[k * ldb + j] : B[j * ldb + k]; }
+
+  // The C a call starts from: beta = 0 must overwrite without reading, so its inside is NaN.
+  std::vector<float> start_c() const {
+    std::vector<float> c = C0;
+    if (beta == 0.0f) {
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+    return c;
+  }
+};
+
+// got must be within tol(i, j) of want inside M×N and equal C0 in the guard columns.
+template <class Tol>
+void expect_close(const Problem& p, const std::vector<float>& got, const std::vector<float>& want,
+                  const Tol& tol, const std::string& what) {
+  for (int64_t i = 0; i < p.M; ++i) {
+    for (int64_t j = 0; j < p.ldc; ++j) {
+      const size_t idx = static_cast<size_t>(i * p.ldc + j);
+      if (j >= p.N) {
+        ASSERT_EQ(got[idx], p.C0[idx]) << what << ": wrote outside C at " << i << "," << j;
         continue;
       }
-      ASSERT_NEAR(got[idx], want[idx], tol * (1 + std::abs(want[idx])))
-          << kernel.isa << " M=" << M << " N=" << N << " K=" << K << " at " << i << "," << j;
+      ASSERT_TRUE(std::isfinite(got[idx])) << what << " at " << i << "," << j;
+      ASSERT_NEAR(got[idx], want[idx], tol(i, j)) << what << " at " << i << "," << j;
     }
   }
 }
 
-TEST(Gemm, EveryIsaMatchesReferenceOnAwkwardShapes) {
+inline bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+inline const char* trans_name(Trans t) {
+  return t == Trans::kNo ? "N" : "T";
+}
+
+// The bound stated at the top, element by element.
+struct Bound {
+  const Problem& p;
+  bool bf16;
+  double operator()(int64_t i, int64_t j) const {
+    double s = 0;
+    for (int64_t k = 0; k < p.K; ++k) {
+      const float a = bf16 ? round_to_bf16(p.a(i, k)) : p.a(i, k);
+      const float b = bf16 ? round_to_bf16(p.b(k, j)) : p.b(k, j);
+      s += std::abs(static_cast<double>(a) * b);
+    }
+    const double c = p.beta == 0.0f ? 0.0 : std::abs(p.beta * p.C0[i * p.ldc + j]);
+    const double gamma = static_cast<double>(p.K + 2) * std::ldexp(1.0, -24);
+    return 2 * gamma * (std::abs(p.alpha) * s + c) + 1e-30;
+  }
+};
+
+std::string describe(const MicroKernel& k, const Problem& p, const char* what) {
+  return std::string(what) + " " + k.isa + " " + trans_name(p.ta) + trans_name(p.tb) +
+         " M=" + std::to_string(p.M) + " N=" + std::to_string(p.N) + " K=" + std::to_string(p.K) +
+         " alpha=" + std::to_string(p.alpha) + " beta=" + std::to_string(p.beta);
+}
+
+void check_fp32(const MicroKernel& kernel, const Problem& p) {
+  std::vector<float> got = p.start_c(), want = p.C0;
+  gemm_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+            p.beta, got.data(), p.ldc);
+  gemm_reference(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta,
+                 want.data(), p.ldc);
+  expect_close(p, got, want, Bound{p, false}, describe(kernel, p, "fp32"));
+}
+
+void check_bf16(const MicroKernel& kernel, const Problem& p) {
+  std::vector<float> got = p.start_c(), want = p.C0;
+  gemm_bf16_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                 p.beta, got.data(), p.ldc);
+  gemm_bf16_reference(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                      p.beta, want.data(), p.ldc);
+  expect_close(p, got, want, Bound{p, true}, describe(kernel, p, "bf16"));
+  // The same operands stored as bf16 are what packing from fp32 rounds to: identical bits.
+  std::vector<bf16> a16(p.A.size()), b16(p.B.size());
+  std::transform(p.A.begin(), p.A.end(), a16.begin(), [](float x) { return to_bf16(x); });
+  std::transform(p.B.begin(), p.B.end(), b16.begin(), [](float x) { return to_bf16(x); });
+  std::vector<float> got16 = p.start_c();
+  gemm_bf16_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, a16.data(), p.lda, b16.data(), p.ldb,
+                 p.beta, got16.data(), p.ldc);
+  ASSERT_TRUE(same_bits(got, got16)) << describe(kernel, p, "bf16 storage");
+}
+
+constexpr float kAlphaBeta[][2] = {{1.0f, 0.0f}, {0.5f, 1.0f}, {-2.0f, 0.5f}};
+
+TEST(Gemm, EveryFp32KernelMatchesReferenceOnAwkwardShapes) {
   uint32_t seed = 1;
   for (const MicroKernel& kernel : available_microkernels()) {
     for (Trans ta : {Trans::kNo, Trans::kYes}) {
       for (Trans tb : {Trans::kNo, Trans::kYes}) {
-        for (int64_t M : {1, 7, 97, 130}) {
-          for (int64_t N : {1, 17, 129}) {
-            for (int64_t K : {1, 5, 300}) {
-              check_against_reference(kernel, ta, tb, M, N, K, 1.0f, 0.0f, seed++);
+        int variant = 0;
+        for (int64_t M : {1, 7, 33, 129}) {
+          for (int64_t N : {1, 31, 127}) {
+            for (int64_t K : {1, 7, 33, 300}) {
+              const float* ab = kAlphaBeta[variant++ % 3];
+              check_fp32(kernel, Problem(ta, tb, M, N, K, ab[0], ab[1], seed++));
             }
           }
         }
-        check_against_reference(kernel, ta, tb, 200, 600, 513, 0.5f, 1.0f,
-                                seed++);  // accumulate-into
-        check_against_reference(kernel, ta, tb, 33, 44, 55, -2.0f, 0.25f, seed++);
+        check_fp32(kernel, Problem(ta, tb, 257, 129, 513, 0.5f, 1.0f, seed++));
       }
     }
   }
-  EXPECT_GE(available_microkernels().size(), 1u);
 }
 
-TEST(Gemm, BitwiseIdenticalAcrossThreadCounts) {
-  std::mt19937 rng(9);
-  const int64_t M = 300, N = 700, K = 600;
-  auto A = random_matrix(M * K, rng), B = random_matrix(N * K, rng);
-  std::vector<float> c1(M * N), c2(M * N), c3(M * N);
-  ThreadPool one(1), two(2), three(3);
-  {
-    ThreadPool::Use use(one);
-    gemm(Trans::kNo, Trans::kYes, M, N, K, 1, A.data(), K, B.data(), K, 0, c1.data(), N);
+TEST(Gemm, EveryBf16KernelMatchesReferenceOnAwkwardShapes) {
+  uint32_t seed = 1000;
+  for (const MicroKernel& kernel : available_bf16_microkernels()) {
+    for (Trans ta : {Trans::kNo, Trans::kYes}) {
+      for (Trans tb : {Trans::kNo, Trans::kYes}) {
+        int variant = 0;
+        for (int64_t M : {1, 7, 31, 33, 129}) {
+          for (int64_t N : {1, 31, 33, 127}) {
+            for (int64_t K : {1, 2, 31, 32, 33, 300}) {
+              const float* ab = kAlphaBeta[variant++ % 3];
+              check_bf16(kernel, Problem(ta, tb, M, N, K, ab[0], ab[1], seed++));
+            }
+          }
+        }
+        check_bf16(kernel, Problem(ta, tb, 257, 257, 1037, 1.0f, 1.0f, seed++));
+      }
+    }
   }
-  {
-    ThreadPool::Use use(two);
-    gemm(Trans::kNo, Trans::kYes, M, N, K, 1, A.data(), K, B.data(), K, 0, c2.data(), N);
+}
+
+TEST(Gemm, ZeroDepthScalesC) {
+  for (const MicroKernel& kernel : available_bf16_microkernels()) {
+    Problem p(Trans::kNo, Trans::kNo, 5, 6, 0, 1.0f, 0.5f, 7);
+    std::vector<float> got = p.C0;
+    gemm_bf16_with(kernel, p.ta, p.tb, p.M, p.N, 0, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb,
+                   0.5f, got.data(), p.ldc);
+    for (int64_t i = 0; i < p.M; ++i) {
+      for (int64_t j = 0; j < p.ldc; ++j) {
+        const size_t idx = static_cast<size_t>(i * p.ldc + j);
+        EXPECT_EQ(got[idx], j < p.N ? 0.5f * p.C0[idx] : p.C0[idx]) << kernel.isa;
+      }
+    }
   }
-  {
-    ThreadPool::Use use(three);
-    gemm(Trans::kNo, Trans::kYes, M, N, K, 1, A.data(), K, B.data(), K, 0, c3.data(), N);
+}
+
+// The fused epilogue writes max(C, 0)² and bf16(C) of the final C, inside M×N only.
+void check_epilogue(const MicroKernel& kernel, bool bf16_gemm, Trans ta, Trans tb, uint32_t seed) {
+  Problem p(ta, tb, 45, 77, 70, 1.0f, 0.5f, seed);
+  const int64_t ld_r = p.N + 3, ld_h = p.N + 5;
+  std::vector<float> relu(static_cast<size_t>(p.M * ld_r), -7.0f);
+  std::vector<bf16> half(static_cast<size_t>(p.M * ld_h), bf16{0x1234});
+  GemmEpilogue ep;
+  ep.relu_squared = relu.data();
+  ep.ld_relu_squared = ld_r;
+  ep.c_bf16 = half.data();
+  ep.ld_c_bf16 = ld_h;
+  std::vector<float> got = p.C0, plain = p.C0;
+  if (bf16_gemm) {
+    gemm_bf16_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                   p.beta, got.data(), p.ldc, &ep);
+    gemm_bf16_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                   p.beta, plain.data(), p.ldc);
+  } else {
+    gemm_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta,
+              got.data(), p.ldc, &ep);
+    gemm_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta,
+              plain.data(), p.ldc);
   }
-  EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(c1.data(), c3.data(), c1.size() * sizeof(float)));
+  ASSERT_TRUE(same_bits(got, plain)) << "the epilogue must not change C";
+  for (int64_t i = 0; i < p.M; ++i) {
+    for (int64_t j = 0; j < ld_h; ++j) {
+      const float c = got[i * p.ldc + std::min(j, p.N - 1)];
+      if (j < ld_r) {
+        const float r = std::max(c, 0.0f);
+        ASSERT_EQ(relu[i * ld_r + j], j < p.N ? r * r : -7.0f)
+            << kernel.isa << " " << i << "," << j;
+      }
+      ASSERT_EQ(half[i * ld_h + j].bits, j < p.N ? to_bf16(c).bits : 0x1234)
+          << kernel.isa << " " << i << "," << j;
+    }
+  }
+}
+
+TEST(Gemm, FusedEpilogueOnEveryKernel) {
+  uint32_t seed = 77;
+  for (Trans ta : {Trans::kNo, Trans::kYes}) {
+    for (Trans tb : {Trans::kNo, Trans::kYes}) {
+      for (const MicroKernel& k : available_microkernels())
+        check_epilogue(k, false, ta, tb, seed++);
+      for (const MicroKernel& k : available_bf16_microkernels())
+        check_epilogue(k, true, ta, tb, seed++);
+    }
+  }
+}
+
+TEST(Gemm, PublicEntryPointsUseTheActiveKernels) {
+  Problem p(Trans::kNo, Trans::kYes, 40, 50, 60, 1.0f, 0.0f, 3);
+  std::vector<float> x = p.start_c(), y = p.start_c();
+  gemm(p.ta, p.tb, p.M, p.N, p.K, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb, 0.0f, x.data(),
+       p.ldc);
+  gemm_with(active_microkernel(), p.ta, p.tb, p.M, p.N, p.K, 1.0f, p.A.data(), p.lda, p.B.data(),
+            p.ldb, 0.0f, y.data(), p.ldc);
+  EXPECT_TRUE(same_bits(x, y));
+  x = p.start_c();
+  y = p.start_c();
+  gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb, 0.0f, x.data(),
+            p.ldc);
+  gemm_bf16_with(active_bf16_microkernel(), p.ta, p.tb, p.M, p.N, p.K, 1.0f, p.A.data(), p.lda,
+                 p.B.data(), p.ldb, 0.0f, y.data(), p.ldc);
+  EXPECT_TRUE(same_bits(x, y));
+}
+
+TEST(GemmIsa, CapRulesAndErrors) {
+  const std::vector<IsaLevel> have = available_isas();
+  ASSERT_FALSE(have.empty());
+  EXPECT_EQ(have.front(), IsaLevel::kScalar);
+  EXPECT_EQ(parse_isa_cap(nullptr), have.back());
+  EXPECT_EQ(parse_isa_cap(""), have.back());
+  for (IsaLevel level : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAmx}) {
+    const bool available = std::find(have.begin(), have.end(), level) != have.end();
+    if (available) {
+      EXPECT_EQ(parse_isa_cap(isa_name(level)), level);
+      // fp32 never goes above avx512; bf16 uses the cap's own kernel.
+      const MicroKernel f = fp32_microkernel_for(level);
+      EXPECT_LE(static_cast<int>(f.level), static_cast<int>(std::min(level, IsaLevel::kAvx512)));
+      const MicroKernel b = bf16_microkernel_for(level);
+      if (level == IsaLevel::kAmx) {
+        EXPECT_STREQ(b.isa, "amx");
+      } else if (level == IsaLevel::kAvx512) {
+        EXPECT_TRUE(std::string(b.isa) == "avx512_bf16" || std::string(b.isa) == "avx512") << b.isa;
+      } else {
+        EXPECT_STREQ(b.isa, f.isa);
+      }
+    } else {
+      try {
+        parse_isa_cap(isa_name(level));
+        ADD_FAILURE() << "no error for unavailable " << isa_name(level);
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find(isa_name(level)), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("available here"), std::string::npos) << e.what();
+      }
+    }
+  }
+  try {
+    parse_isa_cap("avx9000");
+    ADD_FAILURE() << "no error for an unknown ISA";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("avx9000"), std::string::npos) << m;
+    EXPECT_NE(m.find("scalar, avx2, avx512, amx"), std::string::npos) << m;
+  }
 }
 
 }  // namespace

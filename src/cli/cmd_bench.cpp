@@ -1,12 +1,24 @@
 // `nanogpt bench ...`: measurements that print JSON, compared against peers by scripts in
 // bench/. Never pass/fail: the machines are shared and noisy.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "data/bpe_tokenizer.hpp"
+#include "kernels/gemm/microkernel.hpp"
+#include "model/flop_count.hpp"
+#include "model/gpt.hpp"
+#include "optim/gpt_optimizer.hpp"
+#include "runtime/cpu_info.hpp"
+#include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/profiler.hpp"
+#include "runtime/random.hpp"
+#include "runtime/thread_pool.hpp"
+#include "train/trainer.hpp"
 
 namespace nanogpt::cli {
 
@@ -62,12 +74,151 @@ void register_bench_encode(CLI::App& bench) {
   });
 }
 
+// The 1-minute load average: other work on the machine skews the timings, and this says how
+// much there was.
+double load_average() {
+  double load[1] = {-1};
+  return getloadavg(load, 1) == 1 ? load[0] : -1;
+}
+
+// One random global batch: every sequence starts a document (EOT first, as align_to_eot gives)
+// and has no other EOT, so the attention does exactly the causal/windowed work the FLOP count
+// assumes. Targets are the inputs shifted by one, as the loader makes them.
+void random_batch(const Config& c, Rng& rng, std::vector<int32_t>& inputs,
+                  std::vector<int32_t>& targets) {
+  const auto n = static_cast<size_t>(c.tokens_per_step);
+  const auto T = static_cast<size_t>(c.train_seq_len);
+  std::vector<int32_t> stream(n + 1);
+  for (size_t i = 0; i <= n; ++i) {
+    if (i % T == 0) {
+      stream[i] = static_cast<int32_t>(c.eot_id);
+      continue;
+    }
+    auto t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(c.vocab_size - 1));
+    stream[i] = t >= c.eot_id ? t + 1 : t;  // any id but EOT
+  }
+  inputs.assign(stream.begin(), stream.end() - 1);
+  targets.assign(stream.begin() + 1, stream.end());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+void register_bench_train(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand(
+      "train",
+      "Time full training steps (forward, backward, optimizer) on random tokens; prints one "
+      "JSON line with tokens/s and TFLOP/s");
+  struct Args {
+    std::string config = "cpu";
+    std::vector<std::string> sets;
+    int64_t steps = 10, warmup = 2, window = 0;
+    std::string precision, profile;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--config", a->config, "Preset (speedrun, cpu) or a JSON configuration file")
+      ->capture_default_str();
+  cmd->add_option("--set", a->sets, "Override a configuration key: --set key=value (repeatable)");
+  cmd->add_option("--steps", a->steps, "Timed steps; the median is reported")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  cmd->add_option("--warmup", a->warmup, "Untimed steps first (allocation, caches, page faults)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}));
+  cmd->add_option("--window", a->window,
+                  "Attention window of the long layers in blocks of block_size tokens (short "
+                  "layers: half); default the whole sequence, train_seq_len / block_size");
+  cmd->add_option("--precision", a->precision,
+                  "Override the configuration's precision: fp32, bf16 or auto");
+  cmd->add_option("--profile", a->profile,
+                  "Profile the timed steps: write a Chrome trace to this file and print where "
+                  "the time went to stderr");
+  cmd->callback([a] {
+    Config c = load_config(a->config);
+    for (const auto& s : a->sets) set_config_value(c, s);
+    if (!a->precision.empty()) set_config_value(c, "precision=" + a->precision);
+    validate_config(c);
+    const int64_t max_window = c.train_seq_len / c.block_size;
+    const int64_t window = a->window == 0 ? max_window : a->window;
+    if (window < 1 || window > max_window) {
+      throw InputError("--window " + std::to_string(a->window) + ": must be between 1 and " +
+                       std::to_string(max_window) + " blocks (train_seq_len " +
+                       std::to_string(c.train_seq_len) + " / block_size " +
+                       std::to_string(c.block_size) + ")");
+    }
+    const int64_t total_steps = a->warmup + a->steps;
+    // The schedules (learning-rate cooldown, momentum warm-up) need the steps to lie in the run.
+    c.num_iterations = std::max(c.num_iterations, total_steps);
+    ProfileSession profile(a->profile, /*start_now=*/false);
+
+    Gpt model(c);
+    model.init_parameters(static_cast<uint64_t>(c.seed));
+    GptOptimizer optimizer(model.params(), c);
+    // Seeded from the config, but a stream apart from the one that initialises the weights.
+    Rng rng(static_cast<uint64_t>(c.seed) ^ 0x6265'6e63'6874'7261ULL);
+    std::vector<int32_t> inputs, targets;
+    std::vector<double> times;
+    double loss = 0;
+    const double load_before = load_average();
+    for (int64_t step = 0; step < total_steps; ++step) {
+      random_batch(c, rng, inputs, targets);
+      if (step == a->warmup) profile.start();
+      const auto t0 = std::chrono::steady_clock::now();
+      {
+        ProfileScope scope("train_step", "train_step", {c.tokens_per_step, window}, 0, 0);
+        loss = run_train_step(model, optimizer, inputs, targets, step, window);
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (step >= a->warmup) times.push_back(s);
+    }
+    const double load_after = load_average();
+    profile.finish();
+
+    const FlopCount flops = train_step_flops(c, window);
+    const double med = median(times);
+    nlohmann::ordered_json j;
+    j["bench"] = "train";
+    j["config"] = a->config;
+    j["sets"] = a->sets;
+    j["precision"] = precision_name(resolved_precision(c));
+    j["tokens_per_step"] = c.tokens_per_step;
+    j["seq_len"] = c.train_seq_len;
+    j["window_blocks"] = window;
+    j["steps"] = a->steps;
+    j["warmup"] = a->warmup;
+    j["median_step_s"] = med;
+    j["min_step_s"] = *std::min_element(times.begin(), times.end());
+    j["max_step_s"] = *std::max_element(times.begin(), times.end());
+    j["tokens_per_s"] = static_cast<double>(c.tokens_per_step) / med;
+    j["flops_per_step"] = flops.total();
+    j["tflops"] = flops.total() / med / 1e12;
+    j["model_flops_per_step"] = flops.model();
+    j["model_tflops"] = flops.model() / med / 1e12;
+    j["flops"] = flops.to_json();
+    j["loss"] = loss;
+    j["threads"] = ThreadPool::current().size();
+    // The GEMM micro-kernel the step's products run on.
+    j["isa"] = resolved_precision(c) == Precision::kBf16 ? active_bf16_microkernel().isa
+                                                         : active_microkernel().isa;
+    j["cpu"] = cpu_info().model_name;
+    j["loadavg_before"] = load_before;
+    j["loadavg_after"] = load_after;
+    j["version"] = NANOGPT_VERSION;
+    j["revision"] = NANOGPT_GIT_REVISION;
+    std::printf("%s\n", j.dump().c_str());
+  });
+}
+
 }  // namespace
 
 void register_bench(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmarks that print one JSON line each");
   bench->require_subcommand(1);
   register_bench_encode(*bench);
+  register_bench_train(*bench);
 }
 
 }  // namespace nanogpt::cli

@@ -6,6 +6,7 @@
 #include "model/model_io.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
+#include "runtime/profiler.hpp"
 #include "train/evaluate.hpp"
 
 namespace nanogpt::cli {
@@ -14,7 +15,7 @@ void register_eval(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("eval", "Mean validation loss of a checkpoint; prints one JSON line");
   struct Args {
-    std::string checkpoint, val;
+    std::string checkpoint, val, profile;
     int64_t tokens = 0, seq_len = 0, window = 0;
   };
   auto a = std::make_shared<Args>();
@@ -26,6 +27,9 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--seq-len", a->seq_len, "Sequence length (default: the run's val_seq_len)");
   cmd->add_option("--window", a->window,
                   "Attention window in 128-token blocks (default: the final training window)");
+  cmd->add_option("--profile", a->profile,
+                  "Write a Chrome trace of the evaluation to this file (open in ui.perfetto.dev) "
+                  "and print where the time went to stderr");
   cmd->callback([a] {
     const std::string dir = require_checkpoint(a->checkpoint);
     auto model = load_model(dir);
@@ -34,7 +38,9 @@ void register_eval(CLI::App& app) {
     int64_t tokens = a->tokens > 0 ? a->tokens : c.val_tokens;
     int64_t window = a->window > 0 ? a->window : final_window_blocks(c);
     window = std::min<int64_t>(window, (seq + c.block_size - 1) / c.block_size);
+    ProfileSession profile(a->profile);
     EvalResult r = evaluate(*model, a->val, tokens, seq, window);
+    profile.finish();
     nlohmann::ordered_json j;
     j["val_loss"] = r.loss;
     j["tokens"] = r.tokens;

@@ -4,6 +4,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/error.hpp"
+#include "runtime/profiler.hpp"
 #include "train/trainer.hpp"
 
 namespace nanogpt::cli {
@@ -14,7 +15,7 @@ void register_train(CLI::App& app) {
   struct Args {
     std::string config = "cpu";
     std::vector<std::string> sets;
-    std::string train, val, out;
+    std::string train, val, out, profile;
     bool resume = false, print_config = false;
     int64_t max_steps = 0;
   };
@@ -31,6 +32,9 @@ void register_train(CLI::App& app) {
   cmd->add_flag("--resume", a->resume, "Continue from the newest complete checkpoint in --out");
   cmd->add_option("--max-steps", a->max_steps,
                   "Stop with a checkpoint after this many steps of this invocation (resume later)");
+  cmd->add_option("--profile", a->profile,
+                  "Write a Chrome trace of the run to this file (open in ui.perfetto.dev) and "
+                  "print where the time went to stderr; also on Ctrl-C");
   cmd->callback([a] {
     Config config = load_config(a->config);
     for (const auto& s : a->sets) set_config_value(config, s);
@@ -54,7 +58,9 @@ void register_train(CLI::App& app) {
     o.command_line = "nanogpt train --config " + a->config;
     for (const auto& s : a->sets) o.command_line += " --set " + s;
     o.command_line += " --train '" + a->train + "' --val '" + a->val + "' --out " + a->out;
+    ProfileSession profile(a->profile);
     TrainResult r = train(o);
+    profile.finish();
     if (r.interrupted) return;
     if (r.steps_run == 0) {
       std::printf("nothing to do: %s is complete (val loss %.4f)\n", r.last_checkpoint.c_str(),

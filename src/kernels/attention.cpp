@@ -1,14 +1,19 @@
 #include "kernels/attention.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
-#include "runtime/cpu_info.hpp"
+#include "kernels/attention_internal.hpp"
+#include "kernels/gemm/microkernel.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -18,126 +23,24 @@ namespace {
 
 // Tiles of kBq queries × kBk keys. 64 divides the speedrun's 128-token mask blocks, so a tile
 // never straddles a block boundary and most tiles are either fully visible or skipped; other
-// block sizes still work, they just take the elementwise-mask path more often.
+// block sizes still work, they just take the elementwise-mask path more often. 64 is also a
+// multiple of every micro-kernel's nr (8 to 32) and of the k step (1, 2 or 32), so key tiles
+// need no padding as columns or as k; rows are padded to the kernel's mr (6 and 12 do not
+// divide 64).
 constexpr int64_t kBq = 64;
 constexpr int64_t kBk = 64;
-// Row lengths of tile buffers are padded to whole AVX-512 vectors so the inner loops never need
-// a scalar tail; padding holds zeros, so it adds nothing to any sum.
-constexpr int64_t kVec = 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
 }
 
+int64_t tiles(int64_t T, int64_t b) {
+  return (T + b - 1) / b;
+}
+
 // ---------------------------------------------------------------------------------------------
-// Inner loops. Everything below this line and above "Tile geometry" is what a bf16/AMX rewrite
-// replaces; the tiling, masking and passes further down do not depend on it.
-
-// C[0:rows, 0:NV·lanes] (+)= A[0:rows, 0:K]·B[0:K, 0:NV·lanes], with A element (r, k) at
-// A[r·ars + k·acs] (so a transposed operand costs nothing) and B row-major. The R×NV vector
-// accumulators stay in registers through the K loop; GCC vector types make that explicit
-// rather than hoping an array gets scalarized. Rows past `rows` repeat the last valid row and
-// are not stored, which keeps R a compile-time constant.
-template <typename V, int R, int NV>
-inline __attribute__((always_inline)) void gemm_block(int64_t K, const float* A, int64_t ars,
-                                                      int64_t acs, int64_t rows, const float* B,
-                                                      int64_t ldb, float* C, int64_t ldc,
-                                                      bool accumulate) {
-  constexpr int64_t kLanes = sizeof(V) / sizeof(float);
-  const float* a[R];
-  V acc[R][NV];
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = std::min<int64_t>(r, rows - 1);
-    a[r] = A + row * ars;
-    for (int c = 0; c < NV; ++c) {
-      if (accumulate) {
-        std::memcpy(&acc[r][c], C + row * ldc + c * kLanes, sizeof(V));
-      } else {
-        acc[r][c] = V{};
-      }
-    }
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    V b[NV];
-    for (int c = 0; c < NV; ++c) std::memcpy(&b[c], B + k * ldb + c * kLanes, sizeof(V));
-    for (int r = 0; r < R; ++r) {
-      const float ar = a[r][k * acs];
-      for (int c = 0; c < NV; ++c) acc[r][c] += ar * b[c];
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    if (r >= rows) break;
-    for (int c = 0; c < NV; ++c) std::memcpy(C + r * ldc + c * kLanes, &acc[r][c], sizeof(V));
-  }
-}
-
-// C[M, N] (+)= A[M, K]·B[K, N] on L1/L2-resident tiles; N is a multiple of kVec. Column
-// chunks of NV vectors, then single vectors for the rest.
-template <typename V, int R, int NV>
-inline __attribute__((always_inline)) void tile_gemm_impl(int64_t M, int64_t N, int64_t K,
-                                                          const float* A, int64_t ars, int64_t acs,
-                                                          const float* B, int64_t ldb, float* C,
-                                                          int64_t ldc, bool accumulate) {
-  constexpr int64_t kChunk = NV * static_cast<int64_t>(sizeof(V) / sizeof(float));
-  constexpr int64_t kOne = kVec / static_cast<int64_t>(sizeof(V) / sizeof(float));
-  static_assert(kChunk % kVec == 0 && kOne >= 1);
-  int64_t n0 = 0;
-  for (; n0 + kChunk <= N; n0 += kChunk) {
-    for (int64_t m0 = 0; m0 < M; m0 += R) {
-      gemm_block<V, R, NV>(K, A + m0 * ars, ars, acs, std::min<int64_t>(R, M - m0), B + n0, ldb,
-                           C + m0 * ldc + n0, ldc, accumulate);
-    }
-  }
-  for (; n0 < N; n0 += kVec) {
-    for (int64_t m0 = 0; m0 < M; m0 += R) {
-      gemm_block<V, R, kOne>(K, A + m0 * ars, ars, acs, std::min<int64_t>(R, M - m0), B + n0, ldb,
-                             C + m0 * ldc + n0, ldc, accumulate);
-    }
-  }
-}
-
-// One register-block shape per ISA, sized to its register file: 32 zmm hold 4×2 accumulators
-// plus operands with room to spare; 16 ymm hold 6×2 (the shape of gemm.cpp's micro-kernel);
-// 16 xmm hold 2×4.
-using f32x16 = float __attribute__((vector_size(64)));
-using f32x8 = float __attribute__((vector_size(32)));
-using f32x4 = float __attribute__((vector_size(16)));
-
-__attribute__((target("avx512f"))) void tile_gemm_avx512(int64_t M, int64_t N, int64_t K,
-                                                         const float* A, int64_t ars, int64_t acs,
-                                                         const float* B, int64_t ldb, float* C,
-                                                         int64_t ldc, bool accumulate) {
-  tile_gemm_impl<f32x16, 4, 2>(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
-}
-
-__attribute__((target("avx2,fma"))) void tile_gemm_avx2(int64_t M, int64_t N, int64_t K,
-                                                        const float* A, int64_t ars, int64_t acs,
-                                                        const float* B, int64_t ldb, float* C,
-                                                        int64_t ldc, bool accumulate) {
-  tile_gemm_impl<f32x8, 6, 2>(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
-}
-
-void tile_gemm_sse(int64_t M, int64_t N, int64_t K, const float* A, int64_t ars, int64_t acs,
-                   const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  tile_gemm_impl<f32x4, 2, 4>(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
-}
-
-// Picked once from the CPU's features. The paths differ in the last bits (FMA or not), so
-// results are reproducible per machine, and never depend on the thread count.
-using TileGemm = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*,
-                          int64_t, float*, int64_t, bool);
-
-void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t ars, int64_t acs,
-               const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  static const TileGemm impl = [] {
-    const CpuInfo& cpu = cpu_info();
-    if (cpu.avx512f) return &tile_gemm_avx512;
-    if (cpu.avx2 && cpu.fma) return &tile_gemm_avx2;
-    return &tile_gemm_sse;
-  }();
-  impl(M, N, K, A, ars, acs, B, ldb, C, ldc, accumulate);
-}
+// Elementwise work on score rows.
 
 // exp(x) to ~1 ulp (Cephes expf), written without calls or branches so loops over it
 // vectorize; libm's expf does not without -ffast-math. Returns exactly 0 below -87, which
@@ -160,68 +63,120 @@ inline float exp_vec(float x) {
   return x < -87.0f ? 0.0f : y * two_n;
 }
 
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void scale_in_place(
-    float* s, int64_t n, float scale) {
-  for (int64_t j = 0; j < n; ++j) s[j] *= scale;
-}
-
-// Max of s[0:n], n a multiple of kVec; -inf when every entry is masked.
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) float row_max(const float* s,
-                                                                                   int64_t n) {
-  float lanes[kVec];
-  for (int64_t c = 0; c < kVec; ++c) lanes[c] = kNegInf;
-  for (int64_t j = 0; j < n; j += kVec) {
-    for (int64_t c = 0; c < kVec; ++c) lanes[c] = s[j + c] > lanes[c] ? s[j + c] : lanes[c];
-  }
-  float m = kNegInf;
-  for (int64_t c = 0; c < kVec; ++c) m = lanes[c] > m ? lanes[c] : m;
-  return m;
-}
-
-// s[j] = exp(s[j] - shift) in place (0 where s[j] = -inf); returns the sum. n is a multiple of
-// kVec. The sum runs over fixed lanes, so its rounding depends on n alone.
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) float exp_shifted(
-    float* s, int64_t n, float shift) {
-  float lanes[kVec] = {};
-  for (int64_t j = 0; j < n; j += kVec) {
-    for (int64_t c = 0; c < kVec; ++c) {
-      const float e = exp_vec(s[j + c] - shift);
-      s[j + c] = e;
-      lanes[c] += e;
+// A forward score tile, transposed: s[j·kBq + q] is the raw score of query q and key j, for
+// keys j < nk, and query q sees keys [lo[q], hi[q]) (all nk when `full`). Runs the online
+// softmax over it: leaves p = exp(scale·s − m_new) there (0 where hidden), updates each
+// query's running max m and sum l, and sets alpha[q], the factor its output row must be scaled
+// by. With queries along the vector lanes, the max and the sum are plain lane-wise updates in
+// key order, so there are no horizontal reductions and the rounding of a sum depends on the
+// tile alone; masking by range rather than by writing -inf first saves a pass.
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void online_softmax_tile(
+    float* s, int64_t nk, const int32_t* lo, const int32_t* hi, bool full, float scale, float* m,
+    float* l, float* alpha) {
+  float mx[kBq], m_new[kBq], sum[kBq];
+  for (int64_t q = 0; q < kBq; ++q) mx[q] = kNegInf;
+  for (int32_t j = 0; j < static_cast<int32_t>(nk); ++j) {
+    const float* row = s + j * kBq;
+    for (int64_t q = 0; q < kBq; ++q) {
+      const float x = scale * row[q];
+      const bool in = full || (j >= lo[q] && j < hi[q]);
+      mx[q] = in && x > mx[q] ? x : mx[q];
     }
   }
-  float sum = 0.0f;
-  for (int64_t c = 0; c < kVec; ++c) sum += lanes[c];
-  return sum;
+  for (int64_t q = 0; q < kBq; ++q) {
+    m_new[q] = mx[q] > m[q] ? mx[q] : m[q];
+    // Nothing visible yet leaves m at -inf, and -inf − -inf would be NaN.
+    alpha[q] = mx[q] == kNegInf ? 1.0f : exp_vec(m[q] - m_new[q]);  // 0 on the first visit
+    sum[q] = 0.0f;
+  }
+  for (int32_t j = 0; j < static_cast<int32_t>(nk); ++j) {
+    float* row = s + j * kBq;
+    for (int64_t q = 0; q < kBq; ++q) {
+      const bool in = full || (j >= lo[q] && j < hi[q]);
+      const float e = in ? exp_vec(scale * row[q] - m_new[q]) : 0.0f;
+      row[q] = e;
+      sum[q] += e;
+    }
+  }
+  for (int64_t q = 0; q < kBq; ++q) {
+    l[q] = l[q] * alpha[q] + sum[q];
+    m[q] = m_new[q];
+  }
 }
 
-// ds[j] = scale·p[j]·(ds[j] - delta): ds holds dP on entry.
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void score_grad(
-    const float* p, float* ds, int64_t n, float delta, float scale) {
-  for (int64_t j = 0; j < n; ++j) ds[j] = scale * p[j] * (ds[j] - delta);
+// A backward tile, s[i·kBk + j] for query i < nq and key j (the row holds kBk keys, those of
+// the tile and padding the products ignore): s holds raw scores and dp holds dP = dO·Vᵀ.
+// Leaves P (0 outside [lo[i], hi[i])) in s and dS = scale·P∘(dP − Delta) in dp.
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void probs_and_grads_tile(
+    float* s, float* dp, int64_t nq, const int32_t* lo, const int32_t* hi, float scale,
+    const float* lse, const float* delta) {
+  for (int64_t i = 0; i < nq; ++i) {
+    const int32_t a = lo[i], b = hi[i];
+    const float shift = lse[i], d = delta[i];
+    float* si = s + i * kBk;
+    float* dpi = dp + i * kBk;
+    for (int32_t j = 0; j < static_cast<int32_t>(kBk); ++j) {
+      const bool in = j >= a && j < b;
+      const float pij = in ? exp_vec(scale * si[j] - shift) : 0.0f;
+      si[j] = pij;
+      dpi[j] = scale * pij * (dpi[j] - d);
+    }
+  }
+}
+
+// x rounded to the nearest bf16 as round_to_bf16 does (NaN stays NaN), without its branch; the
+// vector form in dot_double below is the same arithmetic.
+inline float round_to_bf16_branchless(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  const uint32_t quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
+  return std::bit_cast<float>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
 }
 
 // Σ a·b in double, rounded once: Delta = dO·O is subtracted from every dP of its row, so its
-// error would land on every dS. Fixed lanes keep the order (and the result) independent of ISA
-// choices the compiler makes, while still vectorizing.
+// error would land on every dS. With round_a, a is rounded to bf16 first: in bf16 dP is
+// computed from the rounded dO, and Delta must be the same dO's product for each row of dS to
+// sum to zero as it should (it halves the error of dq and dk). Fixed lanes keep the order (and
+// the result) independent of ISA choices the compiler makes, while still vectorizing.
+using f32x8 = float __attribute__((vector_size(32)));
+using f64x8 = double __attribute__((vector_size(64)));
+using u32x8 = uint32_t __attribute__((vector_size(32)));
+
 __attribute__((target_clones("avx512f", "arch=haswell", "default"))) float dot_double(
-    const float* a, const float* b, int64_t n) {
+    const float* a, const float* b, int64_t n, bool round_a) {
   constexpr int64_t kLanes = 8;
-  double lanes[kLanes] = {};
+  // Vector types spell out the lane-wise sum; GCC does not vectorize it from scalar loops.
+  f64x8 lanes = {};
   int64_t e = 0;
   for (; e + kLanes <= n; e += kLanes) {
-    for (int64_t c = 0; c < kLanes; ++c) lanes[c] += static_cast<double>(a[e + c]) * b[e + c];
+    f32x8 x, y;
+    std::memcpy(&x, a + e, sizeof x);
+    std::memcpy(&y, b + e, sizeof y);
+    if (round_a) {
+      u32x8 u;
+      std::memcpy(&u, &x, sizeof u);
+      const u32x8 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+      const u32x8 quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
+      u = (u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
+      std::memcpy(&x, &u, sizeof x);
+    }
+    lanes += __builtin_convertvector(x, f64x8) * __builtin_convertvector(y, f64x8);
   }
-  for (; e < n; ++e) lanes[0] += static_cast<double>(a[e]) * b[e];
+  for (; e < n; ++e) {
+    lanes[0] += static_cast<double>(round_a ? round_to_bf16_branchless(a[e]) : a[e]) * b[e];
+  }
   double sum = 0;
   for (int64_t c = 0; c < kLanes; ++c) sum += lanes[c];
   return static_cast<float>(sum);
 }
 
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void scale_row(float* x,
-                                                                                    int64_t n,
-                                                                                    float a) {
-  for (int64_t e = 0; e < n; ++e) x[e] *= a;
+// Row i of o[rows × n] *= alpha[i], skipping the rows whose max did not grow.
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void scale_rows(
+    float* o, int64_t rows, int64_t n, const float* alpha) {
+  for (int64_t i = 0; i < rows; ++i) {
+    if (alpha[i] == 1.0f) continue;
+    for (int64_t e = 0; e < n; ++e) o[i * n + e] *= alpha[i];
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,108 +263,328 @@ std::pair<int64_t, int64_t> query_tile_range(const AttentionParams& p, int64_t k
   return {k0 / kBq, (hi - 1) / kBq};
 }
 
-// Raw scores of a tile → scaled, with hidden entries and the padding columns [nk, nkp) at -inf.
-void mask_scores(const AttentionParams& p, const Tile& t, TileMask mask, float* s, int64_t nkp) {
-  for (int64_t i = 0; i < t.nq; ++i) {
-    float* row = s + i * kBk;
-    scale_in_place(row, nkp, p.scale);
-    int64_t lo = 0, hi = t.nk;  // visible columns [lo, hi)
-    if (mask == TileMask::kPartial) {
-      lo = std::clamp<int64_t>(first_visible(p, t.q0 + i) - t.k0, 0, t.nk);
-      hi = std::clamp<int64_t>(t.q0 + i + 1 - t.k0, lo, t.nk);
+// The keys each query of a tile sees, as ranges [lo, hi) of tile columns; queries past the
+// tile's own see none.
+void visible_ranges(const Tile& t, TileMask mask, const int64_t* first_visible_of, int32_t* lo,
+                    int32_t* hi) {
+  for (int64_t i = 0; i < kBq; ++i) {
+    int64_t a = 0, b = 0;
+    if (i < t.nq && mask == TileMask::kFull) {
+      b = t.nk;
+    } else if (i < t.nq) {
+      a = std::clamp<int64_t>(first_visible_of[t.q0 + i] - t.k0, 0, t.nk);
+      b = std::clamp<int64_t>(t.q0 + i + 1 - t.k0, a, t.nk);
     }
-    std::fill(row, row + lo, kNegInf);
-    std::fill(row + hi, row + nkp, kNegInf);
+    lo[i] = static_cast<int32_t>(a);
+    hi[i] = static_cast<int32_t>(b);
   }
 }
 
-// Copies n rows of one head into rows of length dp, zero-padding columns D..dp.
-void pack_rows(const float* src, int64_t ld, int64_t n, int64_t d, int64_t dp, float* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(dst + i * dp, src + i * ld, static_cast<size_t>(d) * sizeof(float));
-    std::fill(dst + i * dp + d, dst + (i + 1) * dp, 0.0f);
+// first_visible of every query, once per call rather than once per row and tile visited.
+std::vector<int64_t> first_visible_all(const AttentionParams& p) {
+  std::vector<int64_t> fv(static_cast<size_t>(p.T));
+  for (int64_t i = 0; i < p.T; ++i) fv[static_cast<size_t>(i)] = first_visible(p, i);
+  return fv;
+}
+
+// Visited tiles of each query tile (a forward or dQ task's cost) and of each key tile (a dK/dV
+// task's cost), the same for every head.
+void visited_counts(const AttentionParams& p, int64_t nt, std::vector<int64_t>& per_query_tile,
+                    std::vector<int64_t>& per_key_tile) {
+  per_query_tile.assign(static_cast<size_t>(nt), 0);
+  per_key_tile.assign(static_cast<size_t>(nt), 0);
+  for (int64_t qt = 0; qt < nt; ++qt) {
+    const int64_t q0 = qt * kBq, nq = std::min(kBq, p.T - q0);
+    const auto [kt_lo, kt_hi] = key_tile_range(p, q0, nq);
+    for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
+      const Tile t{q0, nq, kt * kBk, std::min(kBk, p.T - kt * kBk)};
+      if (classify(p, t) == TileMask::kSkip) continue;
+      ++per_query_tile[static_cast<size_t>(qt)];
+      ++per_key_tile[static_cast<size_t>(kt)];
+    }
   }
 }
 
-// Copies a tile of n ≤ kBk rows of one head transposed into [D, kBk], zero-padding columns
-// n..kBk. Reads run along rows; the scattered writes land in a block that fits in L1.
-void pack_transposed(const float* src, int64_t ld, int64_t n, int64_t d, float* dst) {
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t e = 0; e < d; ++e) dst[e * kBk + j] = src[j * ld + e];
+// A 64-byte-aligned scratch buffer: packed panels are read a tile row (64 bytes) at a time.
+class Buffer {
+ public:
+  // Grows to at least `bytes`, keeping nothing. zero_new: fill a new allocation with zeros.
+  void resize(size_t bytes, bool zero_new = false) {
+    if (bytes > capacity_) {
+      ptr_.reset(static_cast<std::byte*>(::operator new (bytes, std::align_val_t{64})));
+      if (zero_new) std::memset(ptr_.get(), 0, bytes);
+      capacity_ = bytes;
+    }
   }
-  for (int64_t e = 0; e < d; ++e) std::fill(dst + e * kBk + n, dst + (e + 1) * kBk, 0.0f);
+  std::byte* data() const { return ptr_.get(); }
+  float* floats() const { return reinterpret_cast<float*>(ptr_.get()); }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { ::operator delete (p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte, Free> ptr_;
+  size_t capacity_ = 0;
+};
+
+// The shapes of packed operand blocks, each one tile of 64 tokens. A blocks are 64 rows by the
+// head dimension as k (K, Q, dO as the left side of K·Qᵀ, Q·Kᵀ, dO·Vᵀ) or by 64 tokens as k
+// (P, Pᵀ, dS, dSᵀ); B blocks are 64 columns by the head dimension as k (Q, K, V as the right
+// side of those score products), or the head dimension as columns by 64 tokens as k (V, dO, Q,
+// K as the right side of P·V, Pᵀ·dO, dSᵀ·Q, dS·K).
+enum class Block { kRowsByD, kRowsByTile, kTileByD, kDByTile };
+
+// The tile products of one call, on one micro-kernel: packing into its panels and running it
+// over a block of micro-tiles. A block's micro-panels are located through the kernel's own
+// layouts once, here, and every micro-panel is packed starting at k = 0, so the kernel can be
+// run over a prefix of k (a partial tile's tokens).
+class TileGemm {
+ public:
+  TileGemm(const MicroKernel& kernel, Precision precision, int64_t D)
+      : kernel_(kernel),
+        source_(precision == Precision::kBf16 ? PackSource::kF32ToBf16 : PackSource::kF32),
+        mr_(kernel.mr),
+        nr_(kernel.nr),
+        ks_(kernel.k_step),
+        bytes_(kernel.packed_bytes),
+        pack_a_(kernel.pack_a[static_cast<int>(source_)]),
+        pack_b_(kernel.pack_b[static_cast<int>(source_)]),
+        rows_(round_up(kBq, kernel.mr)),
+        dk_(round_up(D, kernel.k_step)),
+        dn_(round_up(D, kernel.nr)) {
+    if (pack_a_ == nullptr || pack_b_ == nullptr || kBk % nr_ != 0 || kBk % ks_ != 0) {
+      throw Error(std::string("attention: the ") + kernel.isa + " micro-kernel cannot run " +
+                  (precision == Precision::kBf16 ? "bf16" : "fp32") + " attention");
+    }
+    const layout::Layout la_d = kernel.a_layout(rows_, dk_), la_t = kernel.a_layout(rows_, kBk);
+    const layout::Layout lb_d = kernel.b_layout(dk_, kBk), lb_t = kernel.b_layout(kBk, dn_);
+    for (int64_t i = 0; i < rows_; i += mr_) {
+      offsets(Block::kRowsByD).push_back(la_d(i, 0) * bytes_);
+      offsets(Block::kRowsByTile).push_back(la_t(i, 0) * bytes_);
+    }
+    for (int64_t j = 0; j < kBk; j += nr_) offsets(Block::kTileByD).push_back(lb_d(0, j) * bytes_);
+    for (int64_t j = 0; j < dn_; j += nr_) offsets(Block::kDByTile).push_back(lb_t(0, j) * bytes_);
+    size_[static_cast<int>(Block::kRowsByD)] = rows_ * dk_ * bytes_;
+    size_[static_cast<int>(Block::kRowsByTile)] = rows_ * kBk * bytes_;
+    size_[static_cast<int>(Block::kTileByD)] = kBk * dk_ * bytes_;
+    size_[static_cast<int>(Block::kDByTile)] = kBk * dn_ * bytes_;
+  }
+
+  // Bytes of a packed block, rounded up to a cache line.
+  int64_t bytes(Block b) const { return round_up(size_[static_cast<int>(b)], 64); }
+  int64_t rows() const { return rows_; }  // of an A block: kBq padded to mr
+  int64_t dn() const { return dn_; }      // D padded to nr: the row length of accumulators
+  int64_t dk() const { return dk_; }      // D padded to the k step
+  int64_t k_steps(int64_t k) const { return round_up(k, ks_); }
+
+  // An A block of `valid` rows of Y (Y[i][k] = src[i·ld + k], or src[k·ld + i] transposed) and
+  // k_valid values of k; the rest of the block is zero.
+  void pack_a(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
+              std::byte* out) const {
+    const int64_t kp = b == Block::kRowsByD ? dk_ : kBk;
+    const std::vector<int64_t>& off = offsets(b);
+    for (size_t p = 0; p < off.size(); ++p) {
+      const int64_t first = static_cast<int64_t>(p) * mr_;
+      pack_a_(src, ld, trans, first, std::clamp<int64_t>(valid - first, 0, mr_), k_valid, kp,
+              out + off[p]);
+    }
+  }
+
+  // A B block seen as its columns: `valid` rows of Y = op(B)ᵀ, as for pack_a.
+  void pack_b(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
+              std::byte* out) const {
+    const int64_t kp = b == Block::kTileByD ? dk_ : kBk;
+    const std::vector<int64_t>& off = offsets(b);
+    for (size_t p = 0; p < off.size(); ++p) {
+      const int64_t first = static_cast<int64_t>(p) * nr_;
+      pack_b_(src, ld, trans, first, std::clamp<int64_t>(valid - first, 0, nr_), k_valid, kp,
+              out + off[p]);
+    }
+  }
+
+  // c[0:rows, 0:cols] (+)= A·B over the first kc values of k, rows and cols rounded up to
+  // whole micro-tiles (c must have room for them).
+  void product(int64_t rows, int64_t cols, int64_t kc, const std::byte* a, Block ba,
+               const std::byte* b, Block bb, float* c, int64_t ldc, bool accumulate) const {
+    const std::vector<int64_t>& a_off = offsets(ba);
+    const std::vector<int64_t>& b_off = offsets(bb);
+    for (int64_t jp = 0; jp < cols; jp += nr_) {
+      const std::byte* bp = b + b_off[static_cast<size_t>(jp / nr_)];
+      for (int64_t ip = 0; ip < rows; ip += mr_) {
+        kernel_.fn(kc, a + a_off[static_cast<size_t>(ip / mr_)], bp, c + ip * ldc + jp, ldc,
+                   accumulate);
+      }
+    }
+  }
+
+  void begin_task() const {
+    if (kernel_.begin_task != nullptr) kernel_.begin_task();
+  }
+  void end_task() const {
+    if (kernel_.end_task != nullptr) kernel_.end_task();
+  }
+
+ private:
+  std::vector<int64_t>& offsets(Block b) { return offsets_[static_cast<int>(b)]; }
+  const std::vector<int64_t>& offsets(Block b) const { return offsets_[static_cast<int>(b)]; }
+
+  const MicroKernel& kernel_;
+  PackSource source_;
+  int64_t mr_, nr_, ks_, bytes_;
+  PanelPackFn pack_a_, pack_b_;
+  int64_t rows_, dk_, dn_;
+  std::vector<int64_t> offsets_[4];  // bytes from a block's start to each micro-panel
+  int64_t size_[4] = {};
+};
+
+// Calls begin_task/end_task around one task's products (AMX: the tile configuration is per
+// thread, and released tiles cost nothing at a context switch).
+class TaskScope {
+ public:
+  explicit TaskScope(const TileGemm& g) : g_(g) { g_.begin_task(); }
+  ~TaskScope() { g_.end_task(); }
+  TaskScope(const TaskScope&) = delete;
+  TaskScope& operator=(const TaskScope&) = delete;
+
+ private:
+  const TileGemm& g_;
+};
+
+// Packed operands stay in the caches while their heads are worked on only if they are not too
+// many: heads are processed in groups whose packed operands take about this much (at least one
+// head), about one core's L2 here. At T = 1024, D = 128 that is one head per group backward
+// and two (fp32) or four (bf16) forward. Measured single-threaded on the speedrun shape, one
+// head per group beat all six at once by 4-10% backward; with two threads the difference was
+// within the noise.
+std::atomic<int64_t> packed_budget{int64_t{2} << 20};
+
+int64_t heads_per_group(int64_t bytes_per_head, int64_t H) {
+  return std::clamp<int64_t>(packed_budget.load(std::memory_order_relaxed) / bytes_per_head, 1, H);
 }
 
-int64_t tiles(int64_t T, int64_t b) {
-  return (T + b - 1) / b;
+// The calling thread's buffer for packed operands, kept across calls (as the GEMM driver keeps
+// its own) so that each call does not fault its pages in again.
+std::byte* packing_workspace(int64_t bytes) {
+  thread_local Buffer buf;
+  buf.resize(static_cast<size_t>(bytes));
+  return buf.data();
+}
+
+// One operand of the heads [h0, h0 + heads) of a group, packed in blocks of 64 tokens: block
+// (h, t) at ((h − h0)·nt + t)·block_bytes. Carved from the workspace at *offset, which it
+// advances.
+struct Packed {
+  std::byte* base;
+  int64_t block_bytes, nt, h0;
+  Packed(const TileGemm& g, Block b, int64_t n_tiles, int64_t first_head, int64_t heads,
+         std::byte* workspace, int64_t* offset)
+      : base(workspace + *offset), block_bytes(g.bytes(b)), nt(n_tiles), h0(first_head) {
+    *offset += heads * nt * block_bytes;
+  }
+  std::byte* at(int64_t h, int64_t t) const { return base + ((h - h0) * nt + t) * block_bytes; }
+};
+
+// Tasks head by head, and within a head in decreasing cost, so the tasks left for the end of
+// the loop are short, and the two threads work on the same head's operands. The order changes
+// no result: each task computes its outputs alone.
+struct Task {
+  int64_t cost, tile, h;
+  int kind;  // backward: 0 owns a key tile (dK, dV), 1 a query tile (dQ)
+};
+
+void sort_tasks(std::vector<Task>& tasks) {
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) {
+    return a.h != b.h ? a.h < b.h : a.cost > b.cost;
+  });
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Forward, one head at a time: pack the head's kᵀ and v tiles once (so no tile is transposed
-// again per visit, and the keys one query tile's window covers are still in L2 for the next),
-// then one task per query tile. Its output rows live in `o` while the key tiles stream past,
-// rescaled whenever a row's running max grows.
+// Forward: pack every head's K (as the left side of K·Qᵀ) and V (the right side of P·V) once,
+// then one task per (head, query tile). Scores are computed transposed, keys by queries, so
+// the softmax runs with queries along the vector lanes and P is read by the packer with its
+// queries contiguous (the packers' fast direction). The task's output rows live in `o` while
+// the key tiles stream past, rescaled whenever a row's running max grows. In bf16 the packers
+// round q, k, v and P as they copy; the scores, the softmax statistics and o stay fp32.
 
-void attention_forward(const AttentionParams& p, float* out, float* lse) {
+void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p, float* out,
+                            float* lse) {
   validate_tensors(p, "attention_forward");
   if (p.T == 0) return;
   static_assert(kBq == kBk, "one tile count serves queries and keys");
-  const int64_t T = p.T, H = p.H, D = p.D, dp = round_up(D, kVec), nt = tiles(T, kBk);
-  std::vector<float> kt_pack(static_cast<size_t>(nt * D * kBk));
-  std::vector<float> v_pack(static_cast<size_t>(nt * kBk * dp));
-  struct Scratch {
-    std::vector<float> q, s, o, m, l;
-  };
+  const int64_t T = p.T, H = p.H, D = p.D, hd = H * D, nt = tiles(T, kBk);
+  const TileGemm g(kernel, p.precision, D);
+  const int64_t dn = g.dn(), rows = g.rows();
+  const std::vector<int64_t> fv = first_visible_all(p);
+  std::vector<int64_t> per_qt, per_kt;
+  visited_counts(p, nt, per_qt, per_kt);
+
   ThreadPool& pool = ThreadPool::current();
+  struct Scratch {
+    Buffer q, p, s, o;
+    float m[kBq], l[kBq], alpha[kBq];
+    int32_t lo[kBq], hi[kBq];
+  };
   std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
-  for (int64_t h = 0; h < H; ++h) {
-    pool.parallel_for(static_cast<size_t>(nt), [&](size_t task, int) {
-      const int64_t k0 = static_cast<int64_t>(task) * kBk, nk = std::min(kBk, T - k0);
-      pack_transposed(p.k + k0 * p.ld + h * D, p.ld, nk, D, kt_pack.data() + k0 * D);
-      pack_rows(p.v + k0 * p.ld + h * D, p.ld, nk, D, dp, v_pack.data() + k0 * dp);
+  const int64_t head_bytes = nt * (g.bytes(Block::kRowsByD) + g.bytes(Block::kDByTile));
+  const int64_t group = heads_per_group(head_bytes, H);
+  std::byte* workspace = packing_workspace(group * head_bytes);
+  for (int64_t h0 = 0; h0 < H; h0 += group) {
+    const int64_t heads = std::min(group, H - h0);
+    int64_t offset = 0;
+    const Packed k_pack(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
+    const Packed v_pack(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
+    pool.parallel_for(static_cast<size_t>(heads * nt), [&](size_t task, int) {
+      const int64_t h = h0 + static_cast<int64_t>(task) / nt;
+      const int64_t kt = static_cast<int64_t>(task) % nt;
+      const int64_t k0 = kt * kBk, nk = std::min(kBk, T - k0);
+      g.pack_a(p.k + k0 * p.ld + h * D, p.ld, Trans::kNo, nk, D, Block::kRowsByD, k_pack.at(h, kt));
+      g.pack_b(p.v + k0 * p.ld + h * D, p.ld, Trans::kYes, D, nk, Block::kDByTile,
+               v_pack.at(h, kt));
     });
-    // Latest query tiles first: they see the most keys, so the tasks left at the end are small.
-    pool.parallel_for(static_cast<size_t>(nt), [&](size_t task, int worker) {
-      const int64_t q0 = (nt - 1 - static_cast<int64_t>(task)) * kBq;
+
+    std::vector<Task> tasks;
+    for (int64_t h = h0; h < h0 + heads; ++h) {
+      for (int64_t qt = nt - 1; qt >= 0; --qt) {
+        tasks.push_back({per_qt[static_cast<size_t>(qt)], qt, h, 0});
+      }
+    }
+    sort_tasks(tasks);
+    pool.parallel_for(tasks.size(), [&](size_t index, int worker) {
+      const int64_t h = tasks[index].h, q0 = tasks[index].tile * kBq;
       const int64_t nq = std::min(kBq, T - q0);
       Scratch& w = scratch[static_cast<size_t>(worker)];
-      w.q.resize(static_cast<size_t>(kBq * dp));
-      w.s.resize(static_cast<size_t>(kBq * kBk));
-      w.o.assign(static_cast<size_t>(kBq * dp), 0.0f);
-      w.m.assign(kBq, kNegInf);
-      w.l.assign(kBq, 0.0f);
-      pack_rows(p.q + q0 * p.ld + h * D, p.ld, nq, D, dp, w.q.data());
+      w.q.resize(static_cast<size_t>(g.bytes(Block::kTileByD)));
+      w.p.resize(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
+      w.s.resize(static_cast<size_t>(rows * kBq) * sizeof(float), /*zero_new=*/true);
+      w.o.resize(static_cast<size_t>(rows * dn) * sizeof(float));
+      float* s = w.s.floats();
+      float* o = w.o.floats();
+      std::fill(o, o + rows * dn, 0.0f);
+      std::fill(w.m, w.m + kBq, kNegInf);
+      std::fill(w.l, w.l + kBq, 0.0f);
+      const TaskScope scope(g);
+      g.pack_b(p.q + q0 * p.ld + h * D, p.ld, Trans::kNo, nq, D, Block::kTileByD, w.q.data());
       const auto [kt_lo, kt_hi] = key_tile_range(p, q0, nq);
       for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
         const Tile t{q0, nq, kt * kBk, std::min(kBk, T - kt * kBk)};
         const TileMask mask = classify(p, t);
         if (mask == TileMask::kSkip) continue;
-        const int64_t nkp = round_up(t.nk, kVec);
-        tile_gemm(nq, nkp, D, w.q.data(), dp, 1, kt_pack.data() + t.k0 * D, kBk, w.s.data(), kBk,
-                  false);
-        mask_scores(p, t, mask, w.s.data(), nkp);
-        for (int64_t i = 0; i < nq; ++i) {
-          float* row = w.s.data() + i * kBk;
-          const float mx = row_max(row, nkp);
-          if (mx == kNegInf) {  // nothing visible in this tile for this row (yet)
-            std::fill(row, row + nkp, 0.0f);
-            continue;
-          }
-          const float m_new = std::max(w.m[i], mx);
-          const float alpha = exp_vec(w.m[i] - m_new);  // 0 on the first visible tile
-          w.l[i] = w.l[i] * alpha + exp_shifted(row, nkp, m_new);
-          w.m[i] = m_new;
-          if (alpha != 1.0f) scale_row(w.o.data() + i * dp, dp, alpha);
-        }
-        tile_gemm(nq, dp, t.nk, w.s.data(), kBk, 1, v_pack.data() + t.k0 * dp, dp, w.o.data(), dp,
-                  true);
+        g.product(t.nk, nq, g.dk(), k_pack.at(h, kt), Block::kRowsByD, w.q.data(), Block::kTileByD,
+                  s, kBq, false);
+        visible_ranges(t, mask, fv.data(), w.lo, w.hi);
+        online_softmax_tile(s, t.nk, w.lo, w.hi, mask == TileMask::kFull, p.scale, w.m, w.l,
+                            w.alpha);
+        scale_rows(o, nq, dn, w.alpha);
+        g.pack_a(s, kBq, Trans::kYes, nq, t.nk, Block::kRowsByTile, w.p.data());
+        g.product(nq, D, g.k_steps(t.nk), w.p.data(), Block::kRowsByTile, v_pack.at(h, kt),
+                  Block::kDByTile, o, dn, true);
       }
       for (int64_t i = 0; i < nq; ++i) {
-        float* dst = out + (q0 + i) * H * D + h * D;
+        float* dst = out + (q0 + i) * hd + h * D;
         const float inv = 1.0f / w.l[i];
-        for (int64_t e = 0; e < D; ++e) dst[e] = w.o[static_cast<size_t>(i * dp + e)] * inv;
+        for (int64_t e = 0; e < D; ++e) dst[e] = o[i * dn + e] * inv;
         lse[h * T + q0 + i] = w.m[i] + std::log(w.l[i]);
       }
     });
@@ -419,122 +594,166 @@ void attention_forward(const AttentionParams& p, float* out, float* lse) {
 // ---------------------------------------------------------------------------------------------
 // Backward. With P = softmax rows, dP = dO·Vᵀ and Delta_i = dO_i·O_i = Σ_j P_ij dP_ij:
 //   dS = scale·P∘(dP − Delta),  dV = Pᵀ·dO,  dK = dSᵀ·Q,  dQ = dS·K.
-// One head at a time, after packing its q, dO, k rows and kᵀ, vᵀ tiles: pass A owns a key tile
-// (dK, dV) and walks the query tiles that see it; pass B owns a query tile (dQ) and walks its key
-// tiles. Both recompute P and dS, which costs FLOPs but needs no T×T storage and no atomics, and
-// each output is summed in one fixed order.
+// Each head's operands are packed once per call, each in the roles it plays (Q, dO as the left
+// side of the score products and as the right side of dK, dV; K as the right side of Q·Kᵀ and
+// of dQ; V of dO·Vᵀ). Then two kinds of task share one parallel loop: one owns a key tile (dK,
+// dV) and walks the query tiles that see it; one owns a query tile (dQ) and walks its key tiles.
+// Both recompute P and dS, which costs FLOPs but needs no T×T storage and no atomics, and each
+// output is summed in one fixed order. Scores are queries by keys here: the key-tile task reads
+// Pᵀ and dSᵀ in the packers' fast direction, the query-tile task reads dS in the other (for
+// fp32 kernels a strided copy; computing its scores transposed instead would take four more
+// packed operands). In bf16 the packers round q, k, v, dO, P and dS.
 
-namespace {
+void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
+                             const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+  validate_tensors(p, "attention_backward");
+  if (p.T == 0) return;
+  const int64_t T = p.T, H = p.H, D = p.D, hd = H * D, nt = tiles(T, kBk);
+  const TileGemm g(kernel, p.precision, D);
+  const int64_t dn = g.dn(), rows = g.rows();
+  const std::vector<int64_t> fv = first_visible_all(p);
+  std::vector<int64_t> per_qt, per_kt;
+  visited_counts(p, nt, per_qt, per_kt);
 
-struct HeadPack {
-  std::vector<float> q, dout, k, kt, vt, lse, delta;
-};
+  std::vector<float> delta(static_cast<size_t>(H * T));
+  const bool bf16_operands = p.precision == Precision::kBf16;
+  ThreadPool& pool = ThreadPool::current();
+  struct Scratch {
+    Buffer a, s, dp, acc0, acc1;
+  };
+  std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
+  const int64_t head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kTileByD) +
+                                   3 * g.bytes(Block::kDByTile));
+  const int64_t group = heads_per_group(head_bytes, H);
+  std::byte* workspace = packing_workspace(group * head_bytes);
+  for (int64_t h0 = 0; h0 < H; h0 += group) {
+    const int64_t heads = std::min(group, H - h0);
+    int64_t offset = 0;
+    const Packed q_a(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
+    const Packed dout_a(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
+    const Packed k_b(g, Block::kTileByD, nt, h0, heads, workspace, &offset);
+    const Packed v_b(g, Block::kTileByD, nt, h0, heads, workspace, &offset);
+    const Packed q_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
+    const Packed dout_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
+    const Packed kt_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
+    pool.parallel_for(static_cast<size_t>(heads * nt), [&](size_t task, int) {
+      const int64_t h = h0 + static_cast<int64_t>(task) / nt;
+      const int64_t t = static_cast<int64_t>(task) % nt;
+      const int64_t t0 = t * kBk, n = std::min(kBk, T - t0);
+      const float* q = p.q + t0 * p.ld + h * D;
+      const float* k = p.k + t0 * p.ld + h * D;
+      const float* v = p.v + t0 * p.ld + h * D;
+      const float* g_out = dout + t0 * hd + h * D;
+      g.pack_a(q, p.ld, Trans::kNo, n, D, Block::kRowsByD, q_a.at(h, t));
+      g.pack_a(g_out, hd, Trans::kNo, n, D, Block::kRowsByD, dout_a.at(h, t));
+      g.pack_b(k, p.ld, Trans::kNo, n, D, Block::kTileByD, k_b.at(h, t));
+      g.pack_b(v, p.ld, Trans::kNo, n, D, Block::kTileByD, v_b.at(h, t));
+      g.pack_b(q, p.ld, Trans::kYes, D, n, Block::kDByTile, q_b.at(h, t));
+      g.pack_b(g_out, hd, Trans::kYes, D, n, Block::kDByTile, dout_b.at(h, t));
+      g.pack_b(k, p.ld, Trans::kYes, D, n, Block::kDByTile, kt_b.at(h, t));
+      for (int64_t i = t0; i < t0 + n; ++i) {
+        delta[static_cast<size_t>(h * T + i)] =
+            dot_double(dout + i * hd + h * D, out + i * hd + h * D, D, bf16_operands);
+      }
+    });
 
-struct BackwardScratch {
-  std::vector<float> p, ds, acc_a, acc_b;
-  void reset(int64_t dp) {
-    p.resize(static_cast<size_t>(kBq * kBk));
-    ds.resize(static_cast<size_t>(kBq * kBk));
-    acc_a.assign(static_cast<size_t>(kBk * dp), 0.0f);
-    acc_b.assign(static_cast<size_t>(kBk * dp), 0.0f);
-  }
-};
-
-// P and dS of one tile into w.p and w.ds (scale folded into dS).
-void tile_probs_and_grads(const AttentionParams& p, const Tile& t, TileMask mask, int64_t dp,
-                          const HeadPack& pk, BackwardScratch& w) {
-  const int64_t nkp = round_up(t.nk, kVec);
-  tile_gemm(t.nq, nkp, p.D, pk.q.data() + t.q0 * dp, dp, 1, pk.kt.data() + t.k0 * p.D, kBk,
-            w.p.data(), kBk, false);
-  mask_scores(p, t, mask, w.p.data(), nkp);
-  tile_gemm(t.nq, nkp, p.D, pk.dout.data() + t.q0 * dp, dp, 1, pk.vt.data() + t.k0 * p.D, kBk,
-            w.ds.data(), kBk, false);
-  for (int64_t i = 0; i < t.nq; ++i) {
-    exp_shifted(w.p.data() + i * kBk, nkp, pk.lse[static_cast<size_t>(t.q0 + i)]);
-    score_grad(w.p.data() + i * kBk, w.ds.data() + i * kBk, nkp,
-               pk.delta[static_cast<size_t>(t.q0 + i)], p.scale);
+    // A key-tile task runs four products per visited tile, a query-tile task three.
+    std::vector<Task> tasks;
+    for (int64_t h = h0; h < h0 + heads; ++h) {
+      for (int64_t t = 0; t < nt; ++t) {
+        tasks.push_back({4 * per_kt[static_cast<size_t>(t)], t, h, 0});
+        tasks.push_back({3 * per_qt[static_cast<size_t>(nt - 1 - t)], nt - 1 - t, h, 1});
+      }
+    }
+    sort_tasks(tasks);
+    pool.parallel_for(tasks.size(), [&](size_t index, int worker) {
+      const Task& task = tasks[index];
+      const int64_t h = task.h;
+      Scratch& w = scratch[static_cast<size_t>(worker)];
+      w.a.resize(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
+      w.s.resize(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
+      w.dp.resize(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
+      w.acc0.resize(static_cast<size_t>(rows * dn) * sizeof(float));
+      w.acc1.resize(static_cast<size_t>(rows * dn) * sizeof(float));
+      float *s = w.s.floats(), *dp = w.dp.floats(), *acc0 = w.acc0.floats(),
+            *acc1 = w.acc1.floats();
+      std::fill(acc0, acc0 + rows * dn, 0.0f);
+      std::fill(acc1, acc1 + rows * dn, 0.0f);
+      const TaskScope scope(g);
+      // P into s and dS into dp for one tile.
+      int32_t lo[kBq], hi[kBq];
+      auto probs_and_grads = [&](const Tile& t, TileMask mask, int64_t qt, int64_t kt) {
+        g.product(t.nq, t.nk, g.dk(), q_a.at(h, qt), Block::kRowsByD, k_b.at(h, kt),
+                  Block::kTileByD, s, kBk, false);
+        g.product(t.nq, t.nk, g.dk(), dout_a.at(h, qt), Block::kRowsByD, v_b.at(h, kt),
+                  Block::kTileByD, dp, kBk, false);
+        visible_ranges(t, mask, fv.data(), lo, hi);
+        probs_and_grads_tile(s, dp, t.nq, lo, hi, p.scale, lse + h * T + t.q0,
+                             delta.data() + h * T + t.q0);
+      };
+      auto store = [&](const float* acc, int64_t t0, int64_t n, float* dst) {
+        for (int64_t i = 0; i < n; ++i) {
+          std::memcpy(dst + (t0 + i) * p.ld + h * D, acc + i * dn,
+                      static_cast<size_t>(D) * sizeof(float));
+        }
+      };
+      if (task.kind == 0) {
+        // dV (acc0) and dK (acc1): Pᵀ and dSᵀ are read from the tile transposed by the packer.
+        const int64_t kt = task.tile, k0 = kt * kBk, nk = std::min(kBk, T - k0);
+        const auto [qt_lo, qt_hi] = query_tile_range(p, k0, nk);
+        for (int64_t qt = qt_lo; qt <= qt_hi; ++qt) {
+          const Tile t{qt * kBq, std::min(kBq, T - qt * kBq), k0, nk};
+          const TileMask mask = classify(p, t);
+          if (mask == TileMask::kSkip) continue;
+          probs_and_grads(t, mask, qt, kt);
+          const int64_t kc = g.k_steps(t.nq);
+          g.pack_a(s, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
+          g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, dout_b.at(h, qt), Block::kDByTile,
+                    acc0, dn, true);
+          g.pack_a(dp, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
+          g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, q_b.at(h, qt), Block::kDByTile, acc1,
+                    dn, true);
+        }
+        store(acc0, k0, nk, dv);
+        store(acc1, k0, nk, dk);
+      } else {
+        // dQ (acc0).
+        const int64_t qt = task.tile, q0 = qt * kBq, nq = std::min(kBq, T - q0);
+        const auto [kt_lo, kt_hi] = key_tile_range(p, q0, nq);
+        for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
+          const Tile t{q0, nq, kt * kBk, std::min(kBk, T - kt * kBk)};
+          const TileMask mask = classify(p, t);
+          if (mask == TileMask::kSkip) continue;
+          probs_and_grads(t, mask, qt, kt);
+          g.pack_a(dp, kBk, Trans::kNo, nq, t.nk, Block::kRowsByTile, w.a.data());
+          g.product(nq, D, g.k_steps(t.nk), w.a.data(), Block::kRowsByTile, kt_b.at(h, kt),
+                    Block::kDByTile, acc0, dn, true);
+        }
+        store(acc0, q0, nq, dq);
+      }
+    });
   }
 }
 
-void store_rows(const float* src, int64_t dp, int64_t n, int64_t d, float* dst, int64_t ld) {
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(dst + i * ld, src + i * dp, static_cast<size_t>(d) * sizeof(float));
-  }
+int64_t set_attention_packed_budget(int64_t bytes) {
+  return packed_budget.exchange(bytes);
+}
+
+namespace {
+
+const MicroKernel& kernel_for(Precision precision) {
+  return precision == Precision::kBf16 ? active_bf16_microkernel() : active_microkernel();
 }
 
 }  // namespace
 
+void attention_forward(const AttentionParams& p, float* out, float* lse) {
+  attention_forward_with(kernel_for(p.precision), p, out, lse);
+}
+
 void attention_backward(const AttentionParams& p, const float* out, const float* lse,
                         const float* dout, float* dq, float* dk, float* dv) {
-  validate_tensors(p, "attention_backward");
-  if (p.T == 0) return;
-  const int64_t T = p.T, H = p.H, D = p.D, dp = round_up(D, kVec), nt = tiles(T, kBk);
-  const int64_t hd = H * D;
-  HeadPack pk;
-  pk.q.resize(static_cast<size_t>(nt * kBk * dp));
-  pk.dout.resize(pk.q.size());
-  pk.k.resize(pk.q.size());
-  pk.kt.resize(static_cast<size_t>(nt * D * kBk));
-  pk.vt.resize(pk.kt.size());
-  pk.delta.resize(static_cast<size_t>(T));
-  ThreadPool& pool = ThreadPool::current();
-  std::vector<BackwardScratch> scratch(static_cast<size_t>(pool.size()));
-
-  for (int64_t h = 0; h < H; ++h) {
-    pk.lse.assign(lse + h * T, lse + (h + 1) * T);
-    pool.parallel_for(static_cast<size_t>(nt), [&](size_t task, int) {
-      const int64_t t0 = static_cast<int64_t>(task) * kBk, n = std::min(kBk, T - t0);
-      pack_rows(p.q + t0 * p.ld + h * D, p.ld, n, D, dp, pk.q.data() + t0 * dp);
-      pack_rows(dout + t0 * hd + h * D, hd, n, D, dp, pk.dout.data() + t0 * dp);
-      pack_rows(p.k + t0 * p.ld + h * D, p.ld, n, D, dp, pk.k.data() + t0 * dp);
-      pack_transposed(p.k + t0 * p.ld + h * D, p.ld, n, D, pk.kt.data() + t0 * D);
-      pack_transposed(p.v + t0 * p.ld + h * D, p.ld, n, D, pk.vt.data() + t0 * D);
-      for (int64_t i = t0; i < t0 + n; ++i) {
-        pk.delta[static_cast<size_t>(i)] =
-            dot_double(dout + i * hd + h * D, out + i * hd + h * D, D);
-      }
-    });
-
-    // Pass A: dK and dV, one task per key tile; early key tiles see the most queries.
-    pool.parallel_for(static_cast<size_t>(nt), [&](size_t task, int worker) {
-      const int64_t k0 = static_cast<int64_t>(task) * kBk, nk = std::min(kBk, T - k0);
-      BackwardScratch& w = scratch[static_cast<size_t>(worker)];
-      w.reset(dp);
-      const auto [qt_lo, qt_hi] = query_tile_range(p, k0, nk);
-      for (int64_t qt = qt_lo; qt <= qt_hi; ++qt) {
-        const Tile t{qt * kBq, std::min(kBq, T - qt * kBq), k0, nk};
-        const TileMask mask = classify(p, t);
-        if (mask == TileMask::kSkip) continue;
-        tile_probs_and_grads(p, t, mask, dp, pk, w);
-        // Pᵀ and dSᵀ read in place (ars = 1, acs = kBk): rows are keys, the sum runs over
-        // queries.
-        tile_gemm(nk, dp, t.nq, w.p.data(), 1, kBk, pk.dout.data() + t.q0 * dp, dp, w.acc_b.data(),
-                  dp, true);
-        tile_gemm(nk, dp, t.nq, w.ds.data(), 1, kBk, pk.q.data() + t.q0 * dp, dp, w.acc_a.data(),
-                  dp, true);
-      }
-      store_rows(w.acc_a.data(), dp, nk, D, dk + k0 * p.ld + h * D, p.ld);
-      store_rows(w.acc_b.data(), dp, nk, D, dv + k0 * p.ld + h * D, p.ld);
-    });
-
-    // Pass B: dQ, one task per query tile; late query tiles see the most keys.
-    pool.parallel_for(static_cast<size_t>(nt), [&](size_t task, int worker) {
-      const int64_t q0 = (nt - 1 - static_cast<int64_t>(task)) * kBq;
-      const int64_t nq = std::min(kBq, T - q0);
-      BackwardScratch& w = scratch[static_cast<size_t>(worker)];
-      w.reset(dp);
-      const auto [kt_lo, kt_hi] = key_tile_range(p, q0, nq);
-      for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
-        const Tile t{q0, nq, kt * kBk, std::min(kBk, T - kt * kBk)};
-        const TileMask mask = classify(p, t);
-        if (mask == TileMask::kSkip) continue;
-        tile_probs_and_grads(p, t, mask, dp, pk, w);
-        tile_gemm(nq, dp, t.nk, w.ds.data(), kBk, 1, pk.k.data() + t.k0 * dp, dp, w.acc_a.data(),
-                  dp, true);
-      }
-      store_rows(w.acc_a.data(), dp, nq, D, dq + q0 * p.ld + h * D, p.ld);
-    });
-  }
+  attention_backward_with(kernel_for(p.precision), p, out, lse, dout, dq, dk, dv);
 }
 
 double attention_visited_fraction(const AttentionParams& p) {

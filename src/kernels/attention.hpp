@@ -1,17 +1,28 @@
-// Causal attention with document masking and a sliding window, fp32, forward and backward.
+// Causal attention with document masking and a sliding window, forward and backward.
 //
 // Token i sees token j iff j <= i, doc[i] == doc[j] and (i / block_size) - (j / block_size) <
 // window_blocks. Scores are s_ij = scale·q_i·k_j. The kernels never build a T×T score matrix:
-// they walk tiles of queries × keys with an online softmax (flash-attention style), skip tiles
-// the mask hides entirely, and so cost O(T·W) rather than O(T²). The backward recomputes the
-// probabilities from q, k and the saved log-sum-exp instead of storing them.
+// they walk 64×64 tiles of queries × keys with an online softmax (flash-attention style), skip
+// tiles the mask hides entirely, and so cost O(T·W) rather than O(T²). The backward recomputes
+// the probabilities from q, k and the saved log-sum-exp instead of storing them.
 //
-// Heads run one after another, their tiles in parallel; every output element is summed by one
-// task in a fixed order, so results are bitwise identical whatever the thread count. Working
-// memory is one head's packed operands: 2·T·D floats forward, 5·T·D backward.
+// The tile products run on the GEMM micro-kernels (gemm/microkernel.hpp), called per tile on
+// the worker: fp32 on active_microkernel(), bf16 on active_bf16_microkernel() (AMX where the
+// CPU has it). In bf16, q, k, v, dO, P and dS are rounded to bf16 where they are packed as
+// operands; the products accumulate in fp32, and the scores, the softmax statistics (max, sum,
+// lse), Delta and the accumulators of out, dq, dk, dv stay fp32.
+//
+// Heads are processed in groups whose packed operands fit about one core's L2: each group's K
+// and V (backward: q, k, v, dO in the roles they play) are packed once, then tasks run over
+// (head, tile) pairs. Every output element is summed by one task in a fixed
+// order, so results are bitwise identical whatever the thread count. Working memory is one
+// group's packed operands, 2·T·D elements per head forward and 7·T·D backward (bf16 elements
+// in bf16), kept by the calling thread for its next call.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/matmul.hpp"
 
 namespace nanogpt {
 
@@ -29,6 +40,8 @@ struct AttentionParams {
   int64_t window_blocks = 1;     // W
   int64_t block_size = 128;      // the mask's block granularity
   float scale = 0.12f;
+  // kBf16: bf16 operands of the tile products (see above); the references ignore it.
+  Precision precision = Precision::kFp32;
 };
 
 // out: [T, H·D] contiguous (token t, head h at out[t*H*D + h*D]); lse: [H, T] log-sum-exp of

@@ -27,6 +27,8 @@ inline float to_float(bf16 h) {
 }
 
 // f rounded to the nearest bf16, as an fp32.
-inline float round_to_bf16(float f) { return to_float(to_bf16(f)); }
+inline float round_to_bf16(float f) {
+  return to_float(to_bf16(f));
+}
 
 }  // namespace nanogpt

@@ -11,19 +11,35 @@
 
 #include <cstdint>
 
+#include "kernels/bf16.hpp"
+
 namespace nanogpt {
 
 enum class Trans { kNo, kYes };
 
+// Optional work done on each finished tile of C while it is still in cache.
+struct GemmEpilogue {
+  // relu_squared[i·ld + j] = max(C[i,j], 0)², the MLP's activation fused into c_fc.
+  float* relu_squared = nullptr;
+  int64_t ld_relu_squared = 0;
+  // c_bf16[i·ld + j] = bf16(C[i,j]): the cast for a consumer that reads bf16.
+  bf16* c_bf16 = nullptr;
+  int64_t ld_c_bf16 = 0;
+};
+
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc);
+// The same, with the epilogue applied to the final C (nullptr: none).
+void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, const GemmEpilogue* epilogue);
 
 struct MicroKernel;
 // The same with a given micro-kernel (tests run every ISA the CPU has).
 void gemm_with(const MicroKernel& kernel, Trans trans_a, Trans trans_b, int64_t M, int64_t N,
                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-               float beta, float* C, int64_t ldc);
+               float beta, float* C, int64_t ldc, const GemmEpilogue* epilogue = nullptr);
 
 // The obvious triple loop, in double accumulation: the reference every GEMM is tested against.
 void gemm_reference(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -9,6 +9,7 @@
 #include "kernels/rmsnorm.hpp"
 #include "model/model_kernels.hpp"
 #include "runtime/error.hpp"
+#include "runtime/profiler.hpp"
 #include "runtime/random.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -34,9 +35,11 @@ int64_t row_blocks(int64_t T) {
   return (T + kRowBlock - 1) / kRowBlock;
 }
 
-// fn(block, t0, t1) for each block of rows [t0, t1).
+// fn(block, t0, t1) for each block of rows [t0, t1), as one profiled operation that moves
+// about `floats_per_row` values of 4 bytes per row.
 template <class Fn>
-void for_row_blocks(int64_t T, Fn&& fn) {
+void for_row_blocks(const char* name, int64_t T, int64_t floats_per_row, Fn&& fn) {
+  ProfileScope scope("elementwise", name, {T}, 0.0, 4.0 * static_cast<double>(T * floats_per_row));
   const int64_t blocks = row_blocks(T);
   if (blocks == 1) {
     fn(int64_t{0}, int64_t{0}, T);
@@ -237,7 +240,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
 
   Real* base = params_.values().data();
   const Real* embed = params_.data("embed.weight");
-  for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+  for_row_blocks("embed.norm", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
       std::memcpy(&x0_[t * d], embed + tokens_[t] * d, d * sizeof(Real));
     rmsnorm_forward(&x0_[t0 * d], d, &x0_[t0 * d], d, &rstd0_[t0], t1 - t0, d);
@@ -252,7 +255,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
     const Real l0 = w.lambdas[0], l1 = w.lambdas[1];
     const bool attention = config_.has_attention(i);
     // One pass: the skip, the x0 mix, the residual's copy, and the attention's norm.
-    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    for_row_blocks("residual_mix.norm1", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
       for (int64_t j = t0 * d; j < t1 * d; ++j) {
         const Real x_in = skip_src != nullptr ? x_prev[j] + skip * skip_src[j] : x_prev[j];
         A.x_in[j] = x_in;
@@ -264,14 +267,14 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
       }
     });
     if (attention) {
-      model_gemm(precision_, Trans::kNo, Trans::kYes, T, 3 * HD, d, Real(1), A.norm1.data(), d,
-                 w.qkv_w, d, Real(0), A.qkv_raw.data(), 3 * HD);
+      model_gemm(precision_, "attn.qkv.fwd", Trans::kNo, Trans::kYes, T, 3 * HD, d, Real(1),
+                 A.norm1.data(), d, w.qkv_w, d, Real(0), A.qkv_raw.data(), 3 * HD);
       const int ve_index = config_.value_embed_index(i);
       const Real* ve = ve_index < 0
                            ? nullptr
                            : params_.data("value_embeds." + std::to_string(ve_index) + ".weight");
       const Real la0 = w.attn_lambdas[0], la1 = w.attn_lambdas[1];
-      for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+      for_row_blocks("qk_norm.rotary.v_mix", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
           const Real* raw = &A.qkv_raw[t * 3 * HD];
           Real* out = &A.qkv[t * 3 * HD];
@@ -286,23 +289,23 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
       });
       const AttentionArgs<Real> ap = attention_args(i, window_blocks);
       model_attention_forward(ap, A.attn_out.data(), A.lse.data());
-      model_gemm(precision_, Trans::kNo, Trans::kYes, T, d, HD, Real(1), A.attn_out.data(), HD,
-                 w.attn_proj, HD, Real(1), A.x_attn.data(), d);
+      model_gemm(precision_, "attn.c_proj.fwd", Trans::kNo, Trans::kYes, T, d, HD, Real(1),
+                 A.attn_out.data(), HD, w.attn_proj, HD, Real(1), A.x_attn.data(), d);
     }
-    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    for_row_blocks("norm2", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
       rmsnorm_forward(&A.x_attn[t0 * d], d, &A.norm2[t0 * d], d, &A.rstd2[t0], t1 - t0, d);
       std::memcpy(&A.x_out[t0 * d], &A.x_attn[t0 * d], (t1 - t0) * d * sizeof(Real));
     });
-    model_gemm(precision_, Trans::kNo, Trans::kYes, T, 4 * d, d, Real(1), A.norm2.data(), d, w.c_fc,
-               d, Real(0), A.h_pre.data(), 4 * d);
-    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    model_gemm(precision_, "mlp.c_fc.fwd", Trans::kNo, Trans::kYes, T, 4 * d, d, Real(1),
+               A.norm2.data(), d, w.c_fc, d, Real(0), A.h_pre.data(), 4 * d);
+    for_row_blocks("relu2", T, 8 * d, [&](int64_t, int64_t t0, int64_t t1) {
       relu_squared_forward(&A.h_pre[t0 * 4 * d], &dh_[t0 * 4 * d], (t1 - t0) * 4 * d);
     });
-    model_gemm(precision_, Trans::kNo, Trans::kYes, T, d, 4 * d, Real(1), dh_.data(), 4 * d,
-               w.mlp_proj, 4 * d, Real(1), A.x_out.data(), d);
+    model_gemm(precision_, "mlp.c_proj.fwd", Trans::kNo, Trans::kYes, T, d, 4 * d, Real(1),
+               dh_.data(), 4 * d, w.mlp_proj, 4 * d, Real(1), A.x_out.data(), d);
     x_prev = A.x_out.data();
   }
-  for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+  for_row_blocks("final_norm", T, 2 * d, [&](int64_t, int64_t t0, int64_t t1) {
     rmsnorm_forward(x_prev + t0 * d, d, &final_norm_[t0 * d], d, &rstd_final_[t0], t1 - t0, d);
   });
 }
@@ -370,7 +373,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       loss_params(config_, final_norm_.data(), params_.data("lm_head.weight"), targets.data(), T);
   p.loss_scale = loss_scale;
   const double loss_sum = model_loss_backward(p, dnorm_.data(), grad_of("lm_head.weight"));
-  for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+  for_row_blocks("final_norm.bwd", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
     rmsnorm_backward(&final_norm_[t0 * d], d, &rstd_final_[t0], &dnorm_[t0 * d], d, &dx_[t0 * d], d,
                      t1 - t0, d, false);
   });
@@ -389,35 +392,35 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ
     Real* h = dtmp_.data();
     const Real* ds = i < n ? dskip_[static_cast<size_t>(i)].data() : nullptr;
-    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    for_row_blocks("skip.relu2.recompute", T, 6 * d, [&](int64_t, int64_t t0, int64_t t1) {
       if (ds != nullptr) {
         for (int64_t j = t0 * d; j < t1 * d; ++j) dx[j] += ds[j];
       }
       relu_squared_forward(&A.h_pre[t0 * 4 * d], h + t0 * 4 * d, (t1 - t0) * 4 * d);
     });
-    model_gemm(precision_, Trans::kYes, Trans::kNo, d, 4 * d, T, Real(1), dx, d, h, 4 * d, Real(1),
-               g.mlp_proj, 4 * d);
-    model_gemm(precision_, Trans::kNo, Trans::kNo, T, 4 * d, d, Real(1), dx, d, w.mlp_proj, 4 * d,
-               Real(0), dh_.data(), 4 * d);
-    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    model_gemm(precision_, "mlp.c_proj.dW", Trans::kYes, Trans::kNo, d, 4 * d, T, Real(1), dx, d, h,
+               4 * d, Real(1), g.mlp_proj, 4 * d);
+    model_gemm(precision_, "mlp.c_proj.dX", Trans::kNo, Trans::kNo, T, 4 * d, d, Real(1), dx, d,
+               w.mlp_proj, 4 * d, Real(0), dh_.data(), 4 * d);
+    for_row_blocks("relu2.bwd", T, 12 * d, [&](int64_t, int64_t t0, int64_t t1) {
       relu_squared_backward(&A.h_pre[t0 * 4 * d], &dh_[t0 * 4 * d], &dh_[t0 * 4 * d],
                             (t1 - t0) * 4 * d);
     });
-    model_gemm(precision_, Trans::kYes, Trans::kNo, 4 * d, d, T, Real(1), dh_.data(), 4 * d,
-               A.norm2.data(), d, Real(1), g.c_fc, d);
-    model_gemm(precision_, Trans::kNo, Trans::kNo, T, d, 4 * d, Real(1), dh_.data(), 4 * d, w.c_fc,
-               d, Real(0), dnorm_.data(), d);
-    for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+    model_gemm(precision_, "mlp.c_fc.dW", Trans::kYes, Trans::kNo, 4 * d, d, T, Real(1), dh_.data(),
+               4 * d, A.norm2.data(), d, Real(1), g.c_fc, d);
+    model_gemm(precision_, "mlp.c_fc.dX", Trans::kNo, Trans::kNo, T, d, 4 * d, Real(1), dh_.data(),
+               4 * d, w.c_fc, d, Real(0), dnorm_.data(), d);
+    for_row_blocks("norm2.bwd", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
       rmsnorm_backward(&A.norm2[t0 * d], d, &A.rstd2[t0], &dnorm_[t0 * d], d, dx + t0 * d, d,
                        t1 - t0, d, true);
     });
     // dx is now d(x_attn).
 
     if (config_.has_attention(i)) {
-      model_gemm(precision_, Trans::kYes, Trans::kNo, d, HD, T, Real(1), dx, d, A.attn_out.data(),
-                 HD, Real(1), g.attn_proj, HD);
-      model_gemm(precision_, Trans::kNo, Trans::kNo, T, HD, d, Real(1), dx, d, w.attn_proj, HD,
-                 Real(0), dattn_.data(), HD);
+      model_gemm(precision_, "attn.c_proj.dW", Trans::kYes, Trans::kNo, d, HD, T, Real(1), dx, d,
+                 A.attn_out.data(), HD, Real(1), g.attn_proj, HD);
+      model_gemm(precision_, "attn.c_proj.dX", Trans::kNo, Trans::kNo, T, HD, d, Real(1), dx, d,
+                 w.attn_proj, HD, Real(0), dattn_.data(), HD);
       const AttentionArgs<Real> ap = attention_args(i, window_blocks_);
       model_attention_backward(ap, A.attn_out.data(), A.lse.data(), dattn_.data(), dqkv_.data(),
                                dqkv_.data() + HD, dqkv_.data() + 2 * HD);
@@ -442,7 +445,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
         }
       }
       std::vector<std::array<double, 2>> dla(static_cast<size_t>(row_blocks(T)));
-      for_row_blocks(T, [&](int64_t b, int64_t t0, int64_t t1) {
+      for_row_blocks("qk_norm.rotary.v_mix.bwd", T, 9 * d, [&](int64_t b, int64_t t0, int64_t t1) {
         double dla0 = 0, dla1 = 0;
         for (int64_t t = t0; t < t1; ++t) {
           Real* drow = &dqkv_[t * 3 * HD];
@@ -467,11 +470,11 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       const std::array<double, 2> dla_sum = sum_blocks(dla);
       g.attn_lambdas[0] += static_cast<Real>(dla_sum[0]);
       g.attn_lambdas[1] += static_cast<Real>(dla_sum[1]);
-      model_gemm(precision_, Trans::kYes, Trans::kNo, 3 * HD, d, T, Real(1), dqkv_.data(), 3 * HD,
-                 A.norm1.data(), d, Real(1), g.qkv_w, d);
-      model_gemm(precision_, Trans::kNo, Trans::kNo, T, d, 3 * HD, Real(1), dqkv_.data(), 3 * HD,
-                 w.qkv_w, d, Real(0), dnorm_.data(), d);
-      for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+      model_gemm(precision_, "attn.qkv.dW", Trans::kYes, Trans::kNo, 3 * HD, d, T, Real(1),
+                 dqkv_.data(), 3 * HD, A.norm1.data(), d, Real(1), g.qkv_w, d);
+      model_gemm(precision_, "attn.qkv.dX", Trans::kNo, Trans::kNo, T, d, 3 * HD, Real(1),
+                 dqkv_.data(), 3 * HD, w.qkv_w, d, Real(0), dnorm_.data(), d);
+      for_row_blocks("norm1.bwd", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
         rmsnorm_backward(&A.norm1[t0 * d], d, &A.rstd1[t0], &dnorm_[t0 * d], d, dx + t0 * d, d,
                          t1 - t0, d, true);
       });
@@ -483,7 +486,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     const Real s = i >= n ? skip_w[i - n] : Real(0);
     Real* dskip_out = i >= n ? dskip_[static_cast<size_t>(L - 1 - i)].data() : nullptr;
     std::vector<std::array<double, 3>> partial(static_cast<size_t>(row_blocks(T)));
-    for_row_blocks(T, [&](int64_t b, int64_t t0, int64_t t1) {
+    for_row_blocks("residual_mix.bwd", T, 7 * d, [&](int64_t b, int64_t t0, int64_t t1) {
       double dl0 = 0, dl1 = 0, dsw = 0;
       for (int64_t j = t0 * d; j < t1 * d; ++j) {
         const Real gm = dx[j];
@@ -505,7 +508,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     if (src != nullptr) skip_grad[i - n] += static_cast<Real>(sums[2]);
   }
   // The first block's input is x0 itself.
-  for_row_blocks(T, [&](int64_t, int64_t t0, int64_t t1) {
+  for_row_blocks("embed.norm.bwd", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
     for (int64_t j = t0 * d; j < t1 * d; ++j) dx0_[j] += dx[j];
     rmsnorm_backward(&x0_[t0 * d], d, &rstd0_[t0], &dx0_[t0 * d], d, &dnorm_[t0 * d], d, t1 - t0, d,
                      false);

@@ -3,6 +3,8 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/fused_linear_cross_entropy.hpp"
+#include "model/flop_count.hpp"
+#include "runtime/profiler.hpp"
 
 namespace nanogpt {
 
@@ -21,6 +23,7 @@ AttentionParams attention_params(const AttentionArgs<float>& a) {
   p.window_blocks = a.window_blocks;
   p.block_size = a.block_size;
   p.scale = a.scale;
+  p.precision = a.precision;
   return p;
 }
 
@@ -42,26 +45,57 @@ FusedLossParams loss_params(const LossArgs<float>& a) {
 
 }  // namespace
 
-void model_gemm(Precision precision, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
-                float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                float* C, int64_t ldc) {
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                float beta, float* C, int64_t ldc) {
+  const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
+  ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
+                     4.0 * (m * k + k * n + (beta == 0.0f ? 1.0 : 2.0) * m * n));
   matmul(precision, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+namespace {
+
+// The work of one attention call over the pairs its masks leave (one document).
+double attention_pair_flops(const AttentionArgs<float>& a, double flops_per_pair_dim) {
+  return flops_per_pair_dim * static_cast<double>(a.H * a.D) *
+         static_cast<double>(attention_pairs(a.T, a.window_blocks, a.block_size));
+}
+
+double attention_bytes(const AttentionArgs<float>& a, double tensors) {
+  return 4.0 * tensors * static_cast<double>(a.T * a.H * a.D);
+}
+
+}  // namespace
+
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse) {
+  // q, k, v in, out: four T×H·D tensors. QKᵀ and P·V: 4 FLOPs per pair and dimension.
+  ProfileScope scope("attention_fwd", "attention.fwd", {a.T, a.H, a.D, a.window_blocks},
+                     attention_pair_flops(a, 4.0), attention_bytes(a, 4.0));
   attention_forward(attention_params(a), out, lse);
 }
 
 void model_attention_backward(const AttentionArgs<float>& a, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv) {
+  // Eight tensors (q, k, v, out, dout in; dq, dk, dv out). The backward's four products plus
+  // the recomputed scores and dP (see flop_count.hpp): 14 FLOPs per pair and dimension.
+  ProfileScope scope("attention_bwd", "attention.bwd", {a.T, a.H, a.D, a.window_blocks},
+                     attention_pair_flops(a, 14.0), attention_bytes(a, 8.0));
   attention_backward(attention_params(a), out, lse, dout, dq, dk, dv);
 }
 
 double model_loss_forward(const LossArgs<float>& a, float* per_token) {
+  const double tvd = static_cast<double>(a.T) * static_cast<double>(a.V * a.d);
+  ProfileScope scope("loss_fwd", "lm_head.loss.fwd", {a.T, a.V, a.d}, 2.0 * tvd,
+                     4.0 * static_cast<double>(a.T * a.d + a.V * a.d));
   return fused_linear_cross_entropy_forward(loss_params(a), per_token);
 }
 
 double model_loss_backward(const LossArgs<float>& a, float* dx, float* dW) {
+  // The log-sum-exp sweep, the recomputed logits, then dx = G·W and dW += Gᵀ·x.
+  const double tvd = static_cast<double>(a.T) * static_cast<double>(a.V * a.d);
+  ProfileScope scope("loss_bwd", "lm_head.loss.bwd", {a.T, a.V, a.d}, 8.0 * tvd,
+                     4.0 * static_cast<double>(2 * a.T * a.d + 3 * a.V * a.d));
   return fused_linear_cross_entropy_backward(loss_params(a), dx, dW);
 }
 

@@ -32,11 +32,12 @@ struct LossArgs {
   Precision precision = Precision::kFp32;  // ignored by the float64 references
 };
 
-void model_gemm(Precision precision, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
-                float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                float* C, int64_t ldc);
-void model_gemm(Precision precision, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
-                double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
+// `name` says which of the model's products this is, for the profiler.
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                float beta, float* C, int64_t ldc);
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
                 double beta, double* C, int64_t ldc);
 
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse);

@@ -52,9 +52,9 @@ double capped(const LossArgs<double>& a, int64_t t, int64_t v, double* dcap) {
 
 }  // namespace
 
-void model_gemm(Precision, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha,
-                const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
-                int64_t ldc) {
+void model_gemm(Precision, const char*, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
+                double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
+                double beta, double* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       double sum = 0;

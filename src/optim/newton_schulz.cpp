@@ -7,8 +7,10 @@
 #include <utility>
 
 #include "kernels/matmul.hpp"
+#include "model/flop_count.hpp"
 #include "optim/elementwise.hpp"
 #include "runtime/error.hpp"
+#include "runtime/profiler.hpp"
 
 namespace nanogpt {
 
@@ -114,6 +116,11 @@ void newton_schulz5(const float* G, int64_t rows, int64_t cols, int steps, float
                 " cols=" + std::to_string(cols) + " steps=" + std::to_string(steps) +
                 " (need a non-empty matrix and steps >= 0)");
   }
+  ProfileScope scope(
+      "newton_schulz",
+      ws.precision == Precision::kBf16 ? "newton_schulz5.bf16" : "newton_schulz5.fp32",
+      {rows, cols, steps}, newton_schulz_flops(rows, cols, steps),
+      4.0 * static_cast<double>(rows * cols) * (2.0 + 3.0 * steps));
   ws.reserve(rows, cols);
   const int64_t n = rows * cols;
   const int64_t k = std::min(rows, cols);

@@ -2,6 +2,7 @@
 
 #include "data/token_loader.hpp"
 #include "runtime/error.hpp"
+#include "runtime/profiler.hpp"
 
 namespace nanogpt {
 
@@ -12,6 +13,7 @@ EvalResult evaluate(Gpt& model, const std::string& pattern, int64_t tokens, int6
                      ") must be a positive multiple of the sequence length (" +
                      std::to_string(seq_len) + ")");
   }
+  ProfileScope scope("eval", "evaluate", {tokens, seq_len, window_blocks}, 0, 0);
   LoaderOptions o;
   o.pattern = pattern;
   o.batch_tokens = static_cast<uint64_t>(seq_len);
@@ -22,12 +24,16 @@ EvalResult evaluate(Gpt& model, const std::string& pattern, int64_t tokens, int6
   const int64_t sequences = tokens / seq_len;
   for (int64_t s = 0; s < sequences; ++s) {
     try {
+      ProfileScope data("data", "val_loader.next", {seq_len}, 0,
+                        10.0 * static_cast<double>(seq_len));
       loader.next(inputs, targets);
     } catch (const InputError& e) {
       throw InputError("validation data '" + pattern + "' holds fewer than " +
                        std::to_string(tokens) + " tokens in sequences of " +
                        std::to_string(seq_len) + " (" + e.what() + "); lower val_tokens");
     }
+    // Its self time is whatever in the model no finer scope covers.
+    ProfileScope forward("forward", "sequence", {seq_len, window_blocks}, 0, 0);
     sum += model.forward_loss(inputs, targets, window_blocks);
   }
   return {sum / static_cast<double>(tokens), tokens};

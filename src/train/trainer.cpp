@@ -19,6 +19,7 @@
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/profiler.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/thread_pool.hpp"
 #include "train/evaluate.hpp"
@@ -127,6 +128,37 @@ double meta_val_loss(const std::string& checkpoint) {
 }
 
 }  // namespace
+
+double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32_t> inputs,
+                      std::span<const int32_t> targets, int64_t step, int64_t window_blocks) {
+  const Config& c = model.config();
+  const int64_t T = c.train_seq_len;
+  if (static_cast<int64_t>(inputs.size()) != c.tokens_per_step || targets.size() != inputs.size()) {
+    throw Error("run_train_step: a batch must hold tokens_per_step (" +
+                std::to_string(c.tokens_per_step) + ") inputs and targets, got " +
+                std::to_string(inputs.size()) + " and " + std::to_string(targets.size()));
+  }
+  const int64_t seqs = c.tokens_per_step / T;
+  const float loss_scale = 1.0f / static_cast<float>(c.tokens_per_step);
+  model.zero_grads();
+  double loss_sum = 0;
+  for (int64_t s = 0; s < seqs; ++s) {
+    // Its self time is whatever in the model no finer scope covers.
+    ProfileScope scope("forward_backward", "sequence", {T, window_blocks}, 0, 0);
+    loss_sum +=
+        model.forward_backward(inputs.subspan(static_cast<size_t>(s * T), static_cast<size_t>(T)),
+                               targets.subspan(static_cast<size_t>(s * T), static_cast<size_t>(T)),
+                               window_blocks, loss_scale);
+  }
+  const double loss = loss_sum / static_cast<double>(c.tokens_per_step);
+  if (!std::isfinite(loss)) {
+    throw Error("training diverged at step " + std::to_string(step + 1) + ": loss is " +
+                std::to_string(loss) + "; first non-finite tensor: " + first_non_finite(model) +
+                ". Lower the learning rates (e.g. --set muon_lr=..., adam_embed_lr=...)");
+  }
+  optimizer.step(model.params(), model.grads(), step);
+  return loss;
+}
 
 void request_stop() {
   g_stop.store(true);
@@ -252,6 +284,9 @@ TrainResult train(const TrainOptions& options) {
         {"val_loss", std::isfinite(val_loss) ? nlohmann::json(val_loss) : nlohmann::json(nullptr)},
         {"tokenizer", tokenizer},
         {"revision", NANOGPT_GIT_REVISION}};
+    size_t bytes = model.params().size() * sizeof(float);
+    for (auto& st : optimizer.state_tensors()) bytes += st.data->size() * sizeof(float);
+    ProfileScope scope("checkpoint", "checkpoint.write", {step}, 0, static_cast<double>(bytes));
     return save_checkpoint(options.run_dir, step, cc);
   };
 
@@ -259,9 +294,6 @@ TrainResult train(const TrainOptions& options) {
   TrainResult result;
   result.final_val_loss = std::numeric_limits<double>::quiet_NaN();
   std::vector<int32_t> inputs, targets;
-  const int64_t T = c.train_seq_len;
-  const int64_t seqs = c.tokens_per_step / T;
-  const float loss_scale = 1.0f / static_cast<float>(c.tokens_per_step);
   double last_val = std::numeric_limits<double>::quiet_NaN();
   double train_seconds = 0;
   int64_t trained_tokens = 0;
@@ -271,22 +303,16 @@ TrainResult train(const TrainOptions& options) {
   while (step < N) {
     const int64_t W = window_at(step);
     auto t0 = std::chrono::steady_clock::now();
-    model.zero_grads();
-    loader.next(inputs, targets);
-    double loss_sum = 0;
-    for (int64_t s = 0; s < seqs; ++s) {
-      std::span<const int32_t> in(inputs.data() + s * T, static_cast<size_t>(T));
-      std::span<const int32_t> tg(targets.data() + s * T, static_cast<size_t>(T));
-      loss_sum += model.forward_backward(in, tg, W, loss_scale);
+    {
+      ProfileScope scope("train_step", "train_step", {c.tokens_per_step, W}, 0, 0);
+      {
+        // uint16 tokens read, int32 inputs and targets written.
+        ProfileScope data("data", "loader.next", {c.tokens_per_step}, 0,
+                          10.0 * static_cast<double>(c.tokens_per_step));
+        loader.next(inputs, targets);
+      }
+      train_loss = run_train_step(model, optimizer, inputs, targets, step, W);
     }
-    train_loss = loss_sum / static_cast<double>(c.tokens_per_step);
-    if (!std::isfinite(train_loss)) {
-      throw Error("training diverged at step " + std::to_string(step + 1) + ": loss is " +
-                  std::to_string(train_loss) +
-                  "; first non-finite tensor: " + first_non_finite(model) +
-                  ". Lower the learning rates (e.g. --set muon_lr=..., adam_embed_lr=...)");
-    }
-    optimizer.step(model.params(), model.grads(), step);
     ++step;
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,32 +1,86 @@
-// GEMM micro-kernels: C[MR×NR] = alpha·Σ_k a_k ⊗ b_k + beta·C over one packed A micro-panel
-// (kc × MR, k-major) and one packed B micro-panel (kc × NR, k-major), C row-major with ldc.
-// beta == 0 never reads C. One implementation per ISA, each
-// in its own file, compiled with that ISA's target attribute and chosen at run time.
+// GEMM micro-kernels and the packers that feed them. A micro-kernel computes one MR×NR tile
+//   acc[MR×NR] (= or +=) Σ_k a_k ⊗ b_k
+// over kc values of k from one packed A micro-panel and one packed B micro-panel, into an fp32
+// accumulator (row-major, ld_acc). The driver later finishes the tile into C (alpha, beta,
+// epilogue). Accumulating onto acc continues the same fp32 sum in the same order, so the
+// result does not depend on how K is blocked. One implementation per ISA, each in its own
+// file, compiled with that ISA's target attribute and chosen at run time.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kernels/gemm.hpp"
+#include "kernels/gemm/isa.hpp"
+#include "kernels/gemm/layout.hpp"
+
 namespace nanogpt {
 
-using MicroKernelFn = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                               float alpha, float beta);
+using MicroKernelFn = void (*)(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
+                               bool accumulate);
+
+// What a packer reads and how it rounds: fp32 kept, fp32 rounded to bf16 (nearest even), bf16.
+enum class PackSource { kF32 = 0, kF32ToBf16 = 1, kBf16 = 2 };
+
+// Packs rows [first, first + valid) of Y into one micro-panel of `panel` rows (rows past
+// `valid` zero) and k in [0, k_valid) (zero up to kp). For A, Y = op(A); for B, Y = op(B)ᵀ,
+// so a micro-panel of B is a run of columns. Y[i][k] is src[i·ld + k] when trans is kNo,
+// src[k·ld + i] otherwise. out is where the micro-panel starts in the packed buffer.
+using PanelPackFn = void (*)(const void* src, int64_t ld, Trans trans, int64_t first, int64_t valid,
+                             int64_t k_valid, int64_t kp, void* out);
+
+// C[0:rows, 0:cols] = alpha·acc + beta·C (beta == 0 never reads C), then the epilogue's
+// outputs at the same coordinates; row, col are the tile's position in C for those.
+using FinishFn = void (*)(const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha,
+                          float beta, float* c, int64_t ldc, const GemmEpilogue* ep, int64_t row,
+                          int64_t col);
+
+using LayoutFn = layout::Layout (*)(int64_t rows, int64_t k);
 
 struct MicroKernel {
-  const char* isa;  // "scalar", "avx2", "avx512"
+  const char* isa;  // the kernel's name: "scalar", "avx2", "avx512", "avx512_bf16", "amx"
   int64_t mr, nr;
   MicroKernelFn fn;
+  IsaLevel level = IsaLevel::kScalar;
+  int64_t k_step = 1;          // packed k is padded to a multiple of this
+  int64_t packed_bytes = 4;    // of one packed element: 4 (fp32) or 2 (bf16)
+  bool bf16_products = false;  // consumes bf16 operands natively (vs fp32 ones rounded)
+  // Packed layouts: A as (rows, k), B as (k, cols); extents are multiples of mr, nr, k_step.
+  LayoutFn a_layout = nullptr;
+  LayoutFn b_layout = nullptr;  // called as (k, cols)
+  PanelPackFn pack_a[3] = {};   // indexed by PackSource; null where the kernel cannot take it
+  PanelPackFn pack_b[3] = {};
+  FinishFn finish = nullptr;
+  // Optional: finish with non-temporal stores (epilogue.hpp, stream_tile_avx512), for large C.
+  void (*stream)(const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha,
+                 float* c, int64_t ldc) = nullptr;
+  // Per-thread set-up before the first micro-kernel call of a task and clean-up after its
+  // last (AMX: load and release the tile configuration, which is per thread).
+  void (*begin_task)() = nullptr;
+  void (*end_task)() = nullptr;
 };
 
 MicroKernel microkernel_scalar();
 MicroKernel microkernel_avx2();
 MicroKernel microkernel_avx512();
+MicroKernel microkernel_avx512_bf16();
+MicroKernel microkernel_amx();
 
-// The best kernel this CPU supports, or the one NANOGPT_ISA names (an error if the CPU
-// lacks it).
+// The fp32 kernel in use: the best one at or below isa_cap() (an error if NANOGPT_ISA names an
+// ISA the CPU lacks).
 const MicroKernel& active_microkernel();
-// For tests: every kernel this CPU can run.
+// For tests: every fp32 kernel this CPU can run.
 std::vector<MicroKernel> available_microkernels();
+
+// The bf16 kernel in use: AMX at `amx`, AVX512-BF16 at `avx512` when the CPU has it, otherwise
+// the fp32 kernel of the level on operands rounded to bf16 (bf16×bf16 products are exact in
+// fp32, so those agree with the reference as closely as the native ones).
+const MicroKernel& active_bf16_microkernel();
+// Every bf16 kernel this CPU can run, native and fallback.
+std::vector<MicroKernel> available_bf16_microkernels();
+// The bf16 kernel chosen for a given cap (the rule above).
+MicroKernel bf16_microkernel_for(IsaLevel cap);
+MicroKernel fp32_microkernel_for(IsaLevel cap);
 
 }  // namespace nanogpt

@@ -2,7 +2,9 @@
 // independent FMAs to cover their latency on two ports.
 #include <immintrin.h>
 
+#include "kernels/gemm/epilogue.hpp"
 #include "kernels/gemm/microkernel.hpp"
+#include "kernels/gemm/pack.hpp"
 
 namespace nanogpt {
 
@@ -10,11 +12,16 @@ namespace {
 
 constexpr int64_t kMR = 6, kNR = 16;
 
-__attribute__((target("avx2,fma"))) void kernel(int64_t kc, const float* a, const float* b,
-                                                float* out, int64_t ldc, float alpha, float beta) {
+__attribute__((target("avx2,fma"))) void kernel(int64_t kc, const void* a_v, const void* b_v,
+                                                float* acc, int64_t ld_acc, bool accumulate) {
+  const float* a = static_cast<const float*>(a_v);
+  const float* b = static_cast<const float*>(b_v);
   __m256 c[kMR][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < kMR; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
+  for (int r = 0; r < kMR; ++r) {
+    c[r][0] = accumulate ? _mm256_loadu_ps(acc + r * ld_acc) : _mm256_setzero_ps();
+    c[r][1] = accumulate ? _mm256_loadu_ps(acc + r * ld_acc + 8) : _mm256_setzero_ps();
+  }
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b + k * kNR);
     const __m256 b1 = _mm256_loadu_ps(b + k * kNR + 8);
@@ -25,24 +32,35 @@ __attribute__((target("avx2,fma"))) void kernel(int64_t kc, const float* a, cons
       c[r][1] = _mm256_fmadd_ps(ar, b1, c[r][1]);
     }
   }
-  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
 #pragma GCC unroll 6
   for (int r = 0; r < kMR; ++r) {
-    float* o = out + r * ldc;
-    __m256 r0 = _mm256_mul_ps(va, c[r][0]), r1 = _mm256_mul_ps(va, c[r][1]);
-    if (beta != 0.0f) {
-      r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(o), r0);
-      r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(o + 8), r1);
-    }
-    _mm256_storeu_ps(o, r0);
-    _mm256_storeu_ps(o + 8, r1);
+    _mm256_storeu_ps(acc + r * ld_acc, c[r][0]);
+    _mm256_storeu_ps(acc + r * ld_acc + 8, c[r][1]);
   }
+}
+
+layout::Layout a_layout(int64_t rows, int64_t k) {
+  return layout::fp32_a(rows, k, kMR);
+}
+layout::Layout b_layout(int64_t k, int64_t cols) {
+  return layout::fp32_b(k, cols, kNR);
 }
 
 }  // namespace
 
 MicroKernel microkernel_avx2() {
-  return {"avx2", kMR, kNR, kernel};
+  MicroKernel m{"avx2", kMR, kNR, kernel};
+  m.level = IsaLevel::kAvx2;
+  m.a_layout = a_layout;
+  m.b_layout = b_layout;
+  m.pack_a[0] = pack::fp32_panel_fn<float, PackSource::kF32, kMR>;
+  m.pack_a[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kMR>;
+  m.pack_a[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kMR>;
+  m.pack_b[0] = pack::fp32_panel_fn<float, PackSource::kF32, kNR>;
+  m.pack_b[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kNR>;
+  m.pack_b[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kNR>;
+  m.finish = finish_tile_avx2;
+  return m;
 }
 
 }  // namespace nanogpt

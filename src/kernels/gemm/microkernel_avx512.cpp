@@ -1,7 +1,15 @@
-// 8×32 with AVX-512: 16 zmm accumulators, 2 B loads and a broadcast per k.
+// fp32 with AVX-512: MR rows × 32 columns, 2·MR zmm accumulators, 2 B loads and MR
+// broadcasts per k.
 #include <immintrin.h>
 
+#include "kernels/gemm/epilogue.hpp"
 #include "kernels/gemm/microkernel.hpp"
+#include "kernels/gemm/pack.hpp"
+#include "runtime/cpu_info.hpp"
+
+// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
+// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace nanogpt {
 
@@ -9,39 +17,57 @@ namespace {
 
 constexpr int64_t kMR = 8, kNR = 32;
 
-__attribute__((target("avx512f"))) void kernel(int64_t kc, const float* a, const float* b,
-                                               float* out, int64_t ldc, float alpha, float beta) {
+__attribute__((target("avx512f"))) void kernel(int64_t kc, const void* a_v, const void* b_v,
+                                               float* acc, int64_t ld_acc, bool accumulate) {
+  const float* a = static_cast<const float*>(a_v);
+  const float* b = static_cast<const float*>(b_v);
   __m512 c[kMR][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int r = 0; r < kMR; ++r) {
+    c[r][0] = accumulate ? _mm512_loadu_ps(acc + r * ld_acc) : _mm512_setzero_ps();
+    c[r][1] = accumulate ? _mm512_loadu_ps(acc + r * ld_acc + 16) : _mm512_setzero_ps();
+  }
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_loadu_ps(b + k * kNR);
     const __m512 b1 = _mm512_loadu_ps(b + k * kNR + 16);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < kMR; ++r) {
       const __m512 ar = _mm512_set1_ps(a[k * kMR + r]);
       c[r][0] = _mm512_fmadd_ps(ar, b0, c[r][0]);
       c[r][1] = _mm512_fmadd_ps(ar, b1, c[r][1]);
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < kMR; ++r) {
-    float* o = out + r * ldc;
-    __m512 r0 = _mm512_mul_ps(va, c[r][0]), r1 = _mm512_mul_ps(va, c[r][1]);
-    if (beta != 0.0f) {
-      r0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(o), r0);
-      r1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(o + 16), r1);
-    }
-    _mm512_storeu_ps(o, r0);
-    _mm512_storeu_ps(o + 16, r1);
+    _mm512_storeu_ps(acc + r * ld_acc, c[r][0]);
+    _mm512_storeu_ps(acc + r * ld_acc + 16, c[r][1]);
   }
+}
+
+layout::Layout a_layout(int64_t rows, int64_t k) {
+  return layout::fp32_a(rows, k, kMR);
+}
+layout::Layout b_layout(int64_t k, int64_t cols) {
+  return layout::fp32_b(k, cols, kNR);
 }
 
 }  // namespace
 
 MicroKernel microkernel_avx512() {
-  return {"avx512", kMR, kNR, kernel};
+  MicroKernel m{"avx512", kMR, kNR, kernel};
+  m.level = IsaLevel::kAvx512;
+  m.a_layout = a_layout;
+  m.b_layout = b_layout;
+  m.pack_a[0] = pack::fp32_panel_fn<float, PackSource::kF32, kMR>;
+  m.pack_a[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kMR>;
+  m.pack_a[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kMR>;
+  m.pack_b[0] = pack::fp32_panel_fn<float, PackSource::kF32, kNR>;
+  m.pack_b[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kNR>;
+  m.pack_b[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kNR>;
+  // The vector epilogue's bf16 stores need AVX-512BW.
+  m.finish = cpu_info().avx512bw ? finish_tile_avx512 : finish_tile_avx2;
+  m.stream = stream_tile_avx512;
+  return m;
 }
 
 }  // namespace nanogpt

@@ -1,0 +1,26 @@
+// The attention kernels on a chosen GEMM micro-kernel. attention_forward/backward use the
+// active one for the precision (fp32: active_microkernel(); bf16: active_bf16_microkernel());
+// these let tests run every kernel the CPU has, whatever NANOGPT_ISA says, including the ones
+// whose mr does not divide a tile. The kernel must be able to pack the precision's operands
+// (fp32 kept, or fp32 rounded to bf16), else Error.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention.hpp"
+
+namespace nanogpt {
+
+struct MicroKernel;
+
+void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p, float* out,
+                            float* lse);
+void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
+                             const float* lse, const float* dout, float* dq, float* dk, float* dv);
+
+// Bytes of packed operands one group of heads may take (2 MiB unless set); returns the previous
+// value. Heads are packed and processed group by group; a budget below one head's operands
+// gives every head a group of its own. Results do not depend on it.
+int64_t set_attention_packed_budget(int64_t bytes);
+
+}  // namespace nanogpt

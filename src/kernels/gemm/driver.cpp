@@ -1,0 +1,279 @@
+#include "kernels/gemm/driver.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/autotune.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+int64_t ceil_div(int64_t x, int64_t m) {
+  return (x + m - 1) / m;
+}
+
+// Packed op(B) is kept to about this many bytes per superblock of columns: it is read by every
+// row block, so it should stay in the (shared) last-level cache.
+constexpr int64_t kPackedBBytes = int64_t{4} << 20;
+
+// A growable 64-byte-aligned buffer (tiles and zmm loads like aligned rows).
+class AlignedBuffer {
+ public:
+  void* get(size_t bytes) {
+    if (bytes > capacity_) {
+      ptr_.reset(static_cast<std::byte*>(::operator new (bytes, std::align_val_t{64})));
+      capacity_ = bytes;
+    }
+    return ptr_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { ::operator delete (p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte, Free> ptr_;
+  size_t capacity_ = 0;
+};
+
+// Per-panel packing state: empty, being packed (by the task that claimed it), ready.
+class PanelFlags {
+ public:
+  std::atomic<uint8_t>* reset(size_t n) {
+    if (n > capacity_) {
+      flags_.reset(new std::atomic<uint8_t>[n]);
+      capacity_ = n;
+    }
+    for (size_t i = 0; i < n; ++i) flags_[i].store(0, std::memory_order_relaxed);
+    return flags_.get();
+  }
+
+ private:
+  std::unique_ptr<std::atomic<uint8_t>[]> flags_;
+  size_t capacity_ = 0;
+};
+
+constexpr uint8_t kEmpty = 0, kPacking = 1, kReady = 2;
+
+// Packs panels [begin, end) that no one has claimed, then waits for those others claimed.
+template <class PackOne>
+void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end,
+                   const PackOne& pack_one) {
+  for (int64_t p = begin; p < end; ++p) {
+    uint8_t expected = kEmpty;
+    if (flags[p].load(std::memory_order_relaxed) == kEmpty &&
+        flags[p].compare_exchange_strong(expected, kPacking, std::memory_order_acquire)) {
+      pack_one(p);
+      flags[p].store(kReady, std::memory_order_release);
+    }
+  }
+  for (int64_t p = begin; p < end; ++p) {
+    for (int spins = 0; flags[p].load(std::memory_order_acquire) != kReady; ++spins) {
+      // The packer is running (it waits for nothing), so this ends; yield when oversubscribed.
+      if (spins < 1000) {
+        _mm_pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+}
+
+Trans flip(Trans t) {
+  return t == Trans::kNo ? Trans::kYes : Trans::kNo;
+}
+
+}  // namespace
+
+void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSource source,
+              Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
+              int64_t ldc, const GemmEpilogue* epilogue) {
+  if (M <= 0 || N <= 0) return;
+  const PanelPackFn pack_a = kernel.pack_a[static_cast<int>(source)];
+  const PanelPackFn pack_b = kernel.pack_b[static_cast<int>(source)];
+  if (pack_a == nullptr || pack_b == nullptr) {
+    throw std::invalid_argument(std::string("gemm: the ") + kernel.isa +
+                                " kernel cannot read this operand type");
+  }
+  const GemmBlocking blk = normalized(blocking, kernel, M, N, K);
+  const int64_t mr = kernel.mr, nr = kernel.nr, bytes = kernel.packed_bytes;
+  // K = 0 packs one all-zero k step: the tiles come out zero and are finished as usual.
+  const int64_t k_valid = std::max<int64_t>(K, 0);
+  const int64_t kp = round_up(std::max<int64_t>(K, 1), kernel.k_step);
+  const int64_t mp = round_up(M, mr);
+  const int64_t m_panels = mp / mr;
+  const int64_t n_kblocks = ceil_div(kp, blk.kc);
+  const layout::Layout la = kernel.a_layout(mp, kp);
+  if (!la.separable()) throw std::invalid_argument("gemm: packed layouts must be separable");
+
+  // Superblock width: all of N if its packed panels fit kPackedBBytes, else a multiple of nc.
+  int64_t ns = std::max<int64_t>(kPackedBBytes / (kp * bytes) / blk.nc, 1) * blk.nc;
+  if (ns >= N) ns = N;
+  const int64_t ns_p = round_up(ns, nr);
+
+  // Buffers and flags belong to the calling thread and are reused across calls.
+  thread_local AlignedBuffer packed_a_buf, packed_b_buf;
+  thread_local PanelFlags a_flag_buf, b_flag_buf;
+  char* pa = static_cast<char*>(packed_a_buf.get(static_cast<size_t>(mp * kp * bytes)));
+  char* pb = static_cast<char*>(packed_b_buf.get(static_cast<size_t>(ns_p * kp * bytes)));
+  std::atomic<uint8_t>* a_flags = a_flag_buf.reset(static_cast<size_t>(m_panels));
+
+  // A C larger than this (beyond the caches) and only written is stored non-temporally.
+  constexpr int64_t kStreamBytes = int64_t{8} << 20;
+  const bool stream_c = kernel.stream != nullptr && beta == 0.0f && epilogue == nullptr &&
+                        M * N * 4 >= kStreamBytes && ldc % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(C) % 64 == 0;
+  ThreadPool& pool = ThreadPool::current();
+  const int64_t m_blocks = ceil_div(M, blk.mc);
+  for (int64_t s0 = 0; s0 < N; s0 += ns) {
+    const int64_t s_cols = std::min(ns, N - s0);
+    const layout::Layout lb = kernel.b_layout(kp, round_up(s_cols, nr));
+    std::atomic<uint8_t>* b_flags = b_flag_buf.reset(static_cast<size_t>(ceil_div(s_cols, nr)));
+    const int64_t n_blocks = ceil_div(s_cols, blk.nc);
+    pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int) {
+      const int64_t i0 = static_cast<int64_t>(task) / n_blocks * blk.mc;
+      const int64_t j0 = static_cast<int64_t>(task) % n_blocks * blk.nc;  // within superblock
+      const int64_t rows = std::min(blk.mc, M - i0);
+      const int64_t cols = std::min(blk.nc, s_cols - j0);
+      ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), [&](int64_t p) {
+        pack_a(A, lda, trans_a, p * mr, std::min(mr, M - p * mr), k_valid, kp,
+               pa + la(p * mr, 0) * bytes);
+      });
+      ensure_packed(b_flags, j0 / nr, ceil_div(j0 + cols, nr), [&](int64_t q) {
+        const int64_t first = s0 + q * nr;
+        pack_b(B, ldb, flip(trans_b), first, std::min(nr, N - first), k_valid, kp,
+               pb + lb(0, q * nr) * bytes);
+      });
+
+      // The accumulator: two tiles taken in turn when K is a single block (each finished
+      // while hot in L1), else the task's whole MC×NC block, carried from one K block to the
+      // next.
+      thread_local AlignedBuffer tile_buf, block_buf;
+      const bool one_block = n_kblocks == 1;
+      // The second tile starts 4 KiB + 256 B after the first: 4 KiB apart, loads from one would
+      // falsely alias stores to the other (same low address bits) and wait for them.
+      const int64_t tile_stride = mr * nr + 64;
+      float* tiles = static_cast<float*>(tile_buf.get(static_cast<size_t>(2 * tile_stride) * 4));
+      float* block = one_block ? nullptr
+                               : static_cast<float*>(block_buf.get(
+                                     static_cast<size_t>(round_up(rows, mr) * blk.nc) * 4));
+      // Micro-panel addresses from the layouts, whose offsets separate into a row part and a
+      // column part: tabulated per task so the loops below only add.
+      thread_local std::vector<int64_t> a_rows;
+      a_rows.clear();
+      for (int64_t ip = i0; ip < i0 + rows; ip += mr) a_rows.push_back(la.row_part(ip));
+      // A tile is finished one micro-kernel call late: reading an accumulator right after the
+      // kernel stored it (AMX tile stores especially) would wait for those stores to land.
+      struct Pending {
+        const float* acc = nullptr;
+        int64_t ld = 0, rows = 0, cols = 0, i = 0, j = 0;
+        float* c = nullptr;
+      } pending;
+      auto finish_pending = [&] {
+        if (pending.acc == nullptr) return;
+        if (stream_c && pending.cols == nr && (pending.j % 16) == 0) {
+          kernel.stream(pending.acc, pending.ld, pending.rows, pending.cols, alpha, pending.c, ldc);
+          pending.acc = nullptr;
+          return;
+        }
+        kernel.finish(pending.acc, pending.ld, pending.rows, pending.cols, alpha, beta, pending.c,
+                      ldc, epilogue, pending.i, pending.j);
+        pending.acc = nullptr;
+      };
+      int64_t calls = 0;
+      if (kernel.begin_task != nullptr) kernel.begin_task();
+      for (int64_t kb = 0; kb < n_kblocks; ++kb) {
+        const int64_t k0 = kb * blk.kc;
+        const int64_t kc = std::min(blk.kc, kp - k0);
+        const bool last = kb == n_kblocks - 1;
+        const int64_t a_k = la.col_part(k0), b_k = lb.row_part(k0);
+        for (int64_t jp = j0; jp < j0 + cols; jp += nr) {
+          const char* b = pb + (lb.col_part(jp) + b_k) * bytes;
+          const int64_t tile_cols = std::min(nr, s_cols - jp);
+          for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) {
+            const char* a = pa + (a_rows[static_cast<size_t>(t)] + a_k) * bytes;
+            float* acc = one_block ? tiles + (calls++ & 1) * tile_stride
+                                   : block + (ip - i0) * blk.nc + (jp - j0);
+            const int64_t ld_acc = one_block ? nr : blk.nc;
+            float* c = C + ip * ldc + s0 + jp;
+            const int64_t tile_rows = std::min(mr, M - ip);
+            kernel.fn(kc, a, b, acc, ld_acc, kb > 0);
+            if (last) {
+              finish_pending();
+              pending = {acc, ld_acc, tile_rows, tile_cols, ip, s0 + jp, c};
+            }
+          }
+        }
+      }
+      finish_pending();
+      // Non-temporal stores are weakly ordered: make them visible before the task counts as done.
+      if (stream_c) _mm_sfence();
+      if (kernel.end_task != nullptr) kernel.end_task();
+    });
+  }
+}
+
+GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSource source, Trans trans_a,
+                             Trans trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+                             int64_t lda, const void* B, int64_t ldb, float beta, const float* C,
+                             int64_t ldc) {
+  const int threads = ThreadPool::current().size();
+  const GemmBlocking fallback = default_blocking(kernel, M, N, K, threads);
+  // Below this many multiply-adds the call is over before timing could pay off.
+  constexpr double kTuneMinWork = double{1 << 24};
+  if (M <= 0 || N <= 0 || static_cast<double>(M) * N * std::max<int64_t>(K, 1) < kTuneMinWork) {
+    return fallback;
+  }
+  const std::vector<GemmBlocking> candidates = blocking_candidates(kernel, M, N, K, threads);
+  std::vector<std::string> names;
+  for (const GemmBlocking& b : candidates) names.push_back(b.name());
+  TuneKey key;
+  key.op = std::string("gemm_") + (trans_a == Trans::kNo ? "n" : "t") +
+           (trans_b == Trans::kNo ? "n" : "t") + "_threads" + std::to_string(threads);
+  key.M = M;
+  key.N = N;
+  key.K = K;
+  key.dtype = source == PackSource::kF32    ? "f32"
+              : source == PackSource::kBf16 ? "bf16"
+                                            : "f32>bf16";
+  key.isa = kernel.isa;
+  const size_t chosen = autotune(key, names, 0, [&](size_t i) {
+    // Candidates write a scratch C (holding the caller's values when beta reads them), so
+    // timing never changes the caller's C.
+    std::vector<float> scratch(static_cast<size_t>(M * N), 0.0f);
+    if (beta != 0.0f) {
+      for (int64_t r = 0; r < M; ++r)
+        std::copy(C + r * ldc, C + r * ldc + N, scratch.data() + r * N);
+    }
+    return time_best_of([&] {
+      gemm_run(kernel, candidates[i], source, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, beta,
+               scratch.data(), N, nullptr);
+    });
+  });
+  return chosen < candidates.size() ? candidates[chosen] : fallback;
+}
+
+void gemm_dispatch(const MicroKernel& kernel, PackSource source, Trans trans_a, Trans trans_b,
+                   int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
+                   const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                   const GemmEpilogue* epilogue) {
+  const GemmBlocking blocking =
+      chosen_blocking(kernel, source, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  gemm_run(kernel, blocking, source, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+           epilogue);
+}
+
+}  // namespace nanogpt

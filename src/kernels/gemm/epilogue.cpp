@@ -1,0 +1,103 @@
+#include "kernels/gemm/epilogue.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/bf16.hpp"
+#include "kernels/gemm/bf16_avx512.hpp"
+
+// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
+// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace nanogpt {
+
+namespace {
+
+template <int kDummy>
+__attribute__((always_inline)) inline void finish_portable(const float* acc, int64_t ld_acc,
+                                                           int64_t rows, int64_t cols, float alpha,
+                                                           float beta, float* c, int64_t ldc,
+                                                           const GemmEpilogue* ep, int64_t row,
+                                                           int64_t col) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = acc + r * ld_acc;
+    float* o = c + r * ldc;
+    if (beta == 0.0f) {
+      for (int64_t j = 0; j < cols; ++j) o[j] = alpha * a[j];
+    } else {
+      for (int64_t j = 0; j < cols; ++j) o[j] = alpha * a[j] + beta * o[j];
+    }
+    if (ep == nullptr) continue;
+    if (ep->relu_squared != nullptr) {
+      float* rs = ep->relu_squared + (row + r) * ep->ld_relu_squared + col;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float v = std::max(o[j], 0.0f);
+        rs[j] = v * v;
+      }
+    }
+    if (ep->c_bf16 != nullptr) {
+      bf16* cb = ep->c_bf16 + (row + r) * ep->ld_c_bf16 + col;
+      for (int64_t j = 0; j < cols; ++j) cb[j] = to_bf16(o[j]);
+    }
+  }
+}
+
+}  // namespace
+
+void finish_tile_scalar(const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha,
+                        float beta, float* c, int64_t ldc, const GemmEpilogue* ep, int64_t row,
+                        int64_t col) {
+  finish_portable<0>(acc, ld_acc, rows, cols, alpha, beta, c, ldc, ep, row, col);
+}
+
+// The same loops, vectorised by the compiler for AVX2.
+__attribute__((target("avx2,fma"))) void finish_tile_avx2(const float* acc, int64_t ld_acc,
+                                                          int64_t rows, int64_t cols, float alpha,
+                                                          float beta, float* c, int64_t ldc,
+                                                          const GemmEpilogue* ep, int64_t row,
+                                                          int64_t col) {
+  finish_portable<1>(acc, ld_acc, rows, cols, alpha, beta, c, ldc, ep, row, col);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void finish_tile_avx512(
+    const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha, float beta, float* c,
+    int64_t ldc, const GemmEpilogue* ep, int64_t row, int64_t col) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
+  float* rs_base = ep != nullptr ? ep->relu_squared : nullptr;
+  bf16* cb_base = ep != nullptr ? ep->c_bf16 : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = acc + r * ld_acc;
+    float* o = c + r * ldc;
+    float* rs = rs_base != nullptr ? rs_base + (row + r) * ep->ld_relu_squared + col : nullptr;
+    bf16* cb = cb_base != nullptr ? cb_base + (row + r) * ep->ld_c_bf16 + col : nullptr;
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 m = cols - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - j)) - 1);
+      __m512 v = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, a + j));
+      if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, o + j), v);
+      _mm512_mask_storeu_ps(o + j, m, v);
+      if (rs != nullptr) {
+        const __m512 p = _mm512_max_ps(zero, v);  // NaN stays NaN, as std::max(NaN, 0)
+        _mm512_mask_storeu_ps(rs + j, m, _mm512_mul_ps(p, p));
+      }
+      if (cb != nullptr) {
+        const __m512i h = _mm512_srli_epi32(bf16_round_hi(_mm512_castps_si512(v)), 16);
+        _mm256_mask_storeu_epi16(cb + j, m, _mm512_cvtepi32_epi16(h));
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void stream_tile_avx512(const float* acc, int64_t ld_acc,
+                                                           int64_t rows, int64_t cols, float alpha,
+                                                           float* c, int64_t ldc) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; j += 16) {
+      _mm512_stream_ps(c + r * ldc + j, _mm512_mul_ps(va, _mm512_loadu_ps(acc + r * ld_acc + j)));
+    }
+  }
+}
+
+}  // namespace nanogpt

@@ -1,0 +1,193 @@
+// AVX-512 packers into the bf16 pair layouts: AMX (layout::amx_a, amx_b) and VNNI
+// (layout::vnni_a, vnni_b). All are built from 16×16 blocks of 32-bit pairs Y[i][2kk..2kk+1],
+// with Y = op(A) or op(B)ᵀ. A source contiguous in k gives a block's rows (by i) directly; one
+// contiguous in i gives its columns (by k pair, two k rows interleaved). An AMX A tile wants
+// rows, an AMX B tile and a VNNI panel want columns, so at most one transpose per block.
+// Rounding to bf16 is done in integer arithmetic, bit for bit as to_bf16 does it.
+#include <immintrin.h>
+
+#include "kernels/gemm/bf16_avx512.hpp"
+#include "kernels/gemm/pack.hpp"
+
+// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
+// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace nanogpt::pack {
+
+namespace {
+
+#define NANOGPT_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline
+
+// 16 fp32 values as 32-bit lanes whose high half is the value rounded to bf16 (nearest even,
+// NaN kept quiet); lanes outside the mask are zero.
+NANOGPT_AVX512BW __m512i load_hi(const float* p, __mmask16 m) {
+  return bf16_round_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, p)));
+}
+
+NANOGPT_AVX512BW __m512i load_hi(const bf16* p, __mmask16 m) {
+  return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16);
+}
+
+// Pairs (lo, hi) of bf16 from the high halves of two vectors.
+NANOGPT_AVX512BW __m512i pair(__m512i lo, __m512i hi) {
+  return _mm512_mask_mov_epi16(_mm512_srli_epi32(lo, 16), 0xAAAAAAAA, hi);
+}
+
+// 32 consecutive values (n of them valid) as 16 pairs, in order.
+NANOGPT_AVX512BW __m512i load_pairs(const float* p, int64_t n) {
+  const __mmask16 m0 = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
+  const __mmask16 m1 = n >= 32   ? 0xFFFF
+                       : n <= 16 ? 0
+                                 : static_cast<__mmask16>((1u << (n - 16)) - 1);
+  const __m512i v0 = load_hi(p, m0), v1 = load_hi(p + 16, m1);
+  // Word 2e+1 of the concatenation is the bf16 of element e.
+  const __m512i odd_words =
+      _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  return _mm512_permutex2var_epi16(v0, odd_words, v1);
+}
+
+NANOGPT_AVX512BW __m512i load_pairs(const bf16* p, int64_t n) {
+  const __mmask32 m = n >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << n) - 1);
+  return _mm512_maskz_loadu_epi16(m, p);
+}
+
+NANOGPT_AVX512BW void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // Now r[4q + j] holds, in each 128-bit lane L, row 4L.. of column group (q, j).
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xDD);
+  }
+}
+
+// The 16×16 block of pairs of rows [i0, i0 + rows) of Y and k in [k0, k0 + 32) (zero past
+// rows and k_valid), in v. Returns true if v[j] holds k pair j (the block's columns), false if
+// it holds row i0 + j: whichever the source gives without a transpose.
+template <class T>
+NANOGPT_AVX512BW bool load_block(const T* src, int64_t ld, Trans trans, int64_t i0, int64_t rows,
+                                 int64_t k0, int64_t k_valid, __m512i v[16]) {
+  if (trans == Trans::kNo) {
+    const int64_t n = k_valid - k0 < 0 ? 0 : k_valid - k0;
+    for (int i = 0; i < 16; ++i) {
+      v[i] = i < rows && n > 0 ? load_pairs(src + (i0 + i) * ld + k0, n) : _mm512_setzero_si512();
+    }
+    return false;
+  }
+  const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
+  for (int kk = 0; kk < 16; ++kk) {
+    const int64_t k = k0 + 2 * kk;
+    const __m512i lo = k < k_valid ? load_hi(src + k * ld + i0, m) : _mm512_setzero_si512();
+    const __m512i hi =
+        k + 1 < k_valid ? load_hi(src + (k + 1) * ld + i0, m) : _mm512_setzero_si512();
+    v[kk] = pair(lo, hi);
+  }
+  return true;
+}
+
+int64_t clamp16(int64_t x) {
+  return x < 0 ? 0 : x > 16 ? 16 : x;
+}
+
+// One 32-wide AMX micro-panel: per k step, two tiles of 16 rows of 64 bytes; A tiles hold
+// rows of Y (pairs along the row), B tiles k pairs (pairs along the columns).
+template <class T, bool kIsB>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void amx_panel(const void* src_v, int64_t ld,
+                                                                    Trans trans, int64_t first,
+                                                                    int64_t valid, int64_t k_valid,
+                                                                    int64_t kp, void* out_v) {
+  const T* src = static_cast<const T*>(src_v) + (trans == Trans::kNo ? first * ld : first);
+  bf16* out = static_cast<bf16*>(out_v);
+  for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+    for (int64_t half = 0; half < 2; ++half) {
+      __m512i v[16];
+      const bool by_kk =
+          load_block(src, ld, trans, half * 16, clamp16(valid - half * 16), k0, k_valid, v);
+      if (by_kk != kIsB) transpose16(v);
+      bf16* tile = out + k0 * 32 + half * 512;
+      for (int j = 0; j < 16; ++j) _mm512_storeu_si512(tile + j * 32, v[j]);
+    }
+  }
+}
+
+// One VNNI micro-panel of p rows of Y (layout::vnni_a with mr = p, or vnni_b seen transposed
+// with nr = p): per k pair, the p pairs of its rows, contiguous.
+template <class T, int kP>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void vnni_panel(const void* src_v, int64_t ld,
+                                                                     Trans trans, int64_t first,
+                                                                     int64_t valid, int64_t k_valid,
+                                                                     int64_t kp, void* out_v) {
+  const T* src = static_cast<const T*>(src_v) + (trans == Trans::kNo ? first * ld : first);
+  uint32_t* out = static_cast<uint32_t*>(out_v);  // one pair per element
+  for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+    const int64_t pairs = (kp - k0) / 2 < 16 ? (kp - k0) / 2 : 16;
+    for (int64_t i0 = 0; i0 < kP; i0 += 16) {
+      const int64_t width = kP - i0 < 16 ? kP - i0 : 16;
+      const __mmask16 m = static_cast<__mmask16>((1u << width) - 1);
+      __m512i v[16];
+      if (!load_block(src, ld, trans, i0, clamp16(valid - i0), k0, k_valid, v)) transpose16(v);
+      for (int64_t kk = 0; kk < pairs; ++kk) {
+        _mm512_mask_storeu_epi32(out + (k0 / 2 + kk) * kP + i0, m, v[kk]);
+      }
+    }
+  }
+}
+
+#undef NANOGPT_AVX512BW
+
+}  // namespace
+
+void amx_pack_a_f32(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,
+                    int64_t k_valid, int64_t kp, void* out) {
+  amx_panel<float, false>(src, ld, t, first, valid, k_valid, kp, out);
+}
+void amx_pack_a_bf16(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,
+                     int64_t k_valid, int64_t kp, void* out) {
+  amx_panel<bf16, false>(src, ld, t, first, valid, k_valid, kp, out);
+}
+void amx_pack_b_f32(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,
+                    int64_t k_valid, int64_t kp, void* out) {
+  amx_panel<float, true>(src, ld, t, first, valid, k_valid, kp, out);
+}
+void amx_pack_b_bf16(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,
+                     int64_t k_valid, int64_t kp, void* out) {
+  amx_panel<bf16, true>(src, ld, t, first, valid, k_valid, kp, out);
+}
+
+void vnni_pack_a_f32(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,
+                     int64_t k_valid, int64_t kp, void* out) {
+  vnni_panel<float, kVnniMr>(src, ld, t, first, valid, k_valid, kp, out);
+}
+void vnni_pack_a_bf16(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,
+                      int64_t k_valid, int64_t kp, void* out) {
+  vnni_panel<bf16, kVnniMr>(src, ld, t, first, valid, k_valid, kp, out);
+}
+void vnni_pack_b_f32(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,
+                     int64_t k_valid, int64_t kp, void* out) {
+  vnni_panel<float, kVnniNr>(src, ld, t, first, valid, k_valid, kp, out);
+}
+void vnni_pack_b_bf16(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,
+                      int64_t k_valid, int64_t kp, void* out) {
+  vnni_panel<bf16, kVnniNr>(src, ld, t, first, valid, k_valid, kp, out);
+}
+
+}  // namespace nanogpt::pack

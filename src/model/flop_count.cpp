@@ -1,0 +1,155 @@
+#include "model/flop_count.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/error.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+// The row-block height of newton_schulz.cpp's symmetric_product (kSymmetricBlock there).
+constexpr int64_t kSymmetricBlock = 192;
+
+// C = R·Rᵀ for R k×inner, multiplied out only on and below the block diagonal: each block of
+// rows [i0, i1) against rows [0, i1).
+double symmetric_product_flops(int64_t k, int64_t inner) {
+  double flops = 0;
+  for (int64_t i0 = 0; i0 < k; i0 += kSymmetricBlock) {
+    const int64_t i1 = std::min(k, i0 + kSymmetricBlock);
+    flops +=
+        2.0 * static_cast<double>(i1 - i0) * static_cast<double>(i1) * static_cast<double>(inner);
+  }
+  return flops;
+}
+
+}  // namespace
+
+FlopCount& FlopCount::operator+=(const FlopCount& o) {
+  linear_fwd += o.linear_fwd;
+  linear_bwd += o.linear_bwd;
+  attention_fwd += o.attention_fwd;
+  attention_bwd += o.attention_bwd;
+  attention_bwd_recompute += o.attention_bwd_recompute;
+  lm_head_fwd += o.lm_head_fwd;
+  lm_head_bwd += o.lm_head_bwd;
+  lm_head_bwd_recompute += o.lm_head_bwd_recompute;
+  newton_schulz += o.newton_schulz;
+  return *this;
+}
+
+FlopCount FlopCount::scaled(double f) const {
+  FlopCount c = *this;
+  for (double* v : {&c.linear_fwd, &c.linear_bwd, &c.attention_fwd, &c.attention_bwd,
+                    &c.attention_bwd_recompute, &c.lm_head_fwd, &c.lm_head_bwd,
+                    &c.lm_head_bwd_recompute, &c.newton_schulz}) {
+    *v *= f;
+  }
+  return c;
+}
+
+nlohmann::ordered_json FlopCount::to_json() const {
+  nlohmann::ordered_json j;
+  j["linear_fwd"] = linear_fwd;
+  j["linear_bwd"] = linear_bwd;
+  j["attention_fwd"] = attention_fwd;
+  j["attention_bwd"] = attention_bwd;
+  j["attention_bwd_recompute"] = attention_bwd_recompute;
+  j["lm_head_fwd"] = lm_head_fwd;
+  j["lm_head_bwd"] = lm_head_bwd;
+  j["lm_head_bwd_recompute"] = lm_head_bwd_recompute;
+  j["newton_schulz"] = newton_schulz;
+  return j;
+}
+
+int64_t attention_window_blocks(const Config& c, int64_t layer, int64_t window_blocks) {
+  if (!c.has_attention(layer)) return 0;
+  return c.is_long_window(layer) ? window_blocks : std::max<int64_t>(1, window_blocks / 2);
+}
+
+std::vector<int64_t> layer_windows(const Config& c, int64_t window_blocks) {
+  std::vector<int64_t> w;
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    w.push_back(attention_window_blocks(c, i, window_blocks));
+  return w;
+}
+
+int64_t attention_pairs(int64_t T, int64_t window_blocks, int64_t block_size) {
+  if (T < 0 || window_blocks < 1 || block_size < 1) {
+    throw Error("attention_pairs: need T >= 0, window_blocks >= 1 and block_size >= 1 (T=" +
+                std::to_string(T) + ", window_blocks=" + std::to_string(window_blocks) +
+                ", block_size=" + std::to_string(block_size) + ")");
+  }
+  // Query i in block b sees keys from the start of block b − W + 1 (or 0) up to itself; sum
+  // that range per block of queries in closed form.
+  int64_t pairs = 0;
+  for (int64_t b0 = 0; b0 < T; b0 += block_size) {
+    const int64_t b = b0 / block_size;
+    const int64_t first_key = std::max<int64_t>(0, (b - window_blocks + 1) * block_size);
+    const int64_t last_query = std::min(T, b0 + block_size) - 1;
+    const int64_t n = last_query - b0 + 1;
+    // Σ_{i=b0}^{last} (i − first_key + 1)
+    pairs += n * (b0 - first_key + 1) + n * (n - 1) / 2;
+  }
+  return pairs;
+}
+
+FlopCount sequence_flops(const Config& c, int64_t T, int64_t window_blocks, bool backward) {
+  const double t = static_cast<double>(T), d = static_cast<double>(c.model_dim);
+  const double hd = static_cast<double>(c.num_heads * c.head_dim);
+  const double per_pair = static_cast<double>(c.num_heads * c.head_dim);
+  FlopCount f;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    f.linear_fwd += 2 * t * (d * 4 * d + 4 * d * d);
+    const int64_t w = attention_window_blocks(c, i, window_blocks);
+    if (w == 0) continue;
+    f.linear_fwd += 2 * t * (d * 3 * hd + hd * d);
+    const double pairs = static_cast<double>(attention_pairs(T, w, c.block_size));
+    f.attention_fwd += 4 * per_pair * pairs;
+    if (backward) {
+      f.attention_bwd += 8 * per_pair * pairs;
+      f.attention_bwd_recompute += 6 * per_pair * pairs;
+    }
+  }
+  const double head = 2 * t * static_cast<double>(c.vocab_padded()) * d;
+  f.lm_head_fwd = head;
+  if (backward) {
+    f.linear_bwd = 2 * f.linear_fwd;
+    f.lm_head_bwd = 2 * head;
+    f.lm_head_bwd_recompute = head;
+  }
+  return f;
+}
+
+double newton_schulz_flops(int64_t rows, int64_t cols, int64_t steps) {
+  const int64_t k = std::min(rows, cols), n = std::max(rows, cols);
+  const double per_step = symmetric_product_flops(k, n)    // A = W·Wᵀ
+                          + symmetric_product_flops(k, k)  // B += c·A·A
+                          + 2.0 * static_cast<double>(k) * static_cast<double>(k) *
+                                static_cast<double>(n);  // X' += B·W
+  return static_cast<double>(steps) * per_step;
+}
+
+double muon_newton_schulz_flops(const Config& c) {
+  const int64_t d = c.model_dim, hd = c.num_heads * c.head_dim, s = c.muon_ns_steps;
+  double f = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (c.has_attention(i)) {
+      f += 3 * newton_schulz_flops(hd, d, s);  // qkv_w, one matrix per q, k, v
+      f += newton_schulz_flops(d, hd, s);      // attn.c_proj
+    }
+    f += newton_schulz_flops(4 * d, d, s);  // mlp.c_fc
+    f += newton_schulz_flops(d, 4 * d, s);  // mlp.c_proj
+  }
+  return f;
+}
+
+FlopCount train_step_flops(const Config& c, int64_t window_blocks) {
+  FlopCount f = sequence_flops(c, c.train_seq_len, window_blocks, /*backward=*/true)
+                    .scaled(static_cast<double>(c.tokens_per_step / c.train_seq_len));
+  f.newton_schulz = muon_newton_schulz_flops(c);
+  return f;
+}
+
+}  // namespace nanogpt

@@ -1,0 +1,133 @@
+// fp32 → bf16 conversion: to_bf16 against a reference written from the definition (nearest
+// value, ties to the even mantissa, overflow to infinity, NaN stays NaN) over random and
+// targeted bit patterns, and the vectorised roundings (AMX packer, GEMM epilogue) against
+// to_bf16 bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/bf16.hpp"
+#include "kernels/gemm/epilogue.hpp"
+#include "kernels/gemm/layout.hpp"
+#include "kernels/gemm/pack.hpp"
+#include "runtime/cpu_info.hpp"
+
+namespace nanogpt {
+namespace {
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The bf16 nearest to the fp32 with bits u, by comparing distances to the two candidates.
+uint16_t reference_bf16(uint32_t u) {
+  const uint32_t sign = u & 0x80000000u, mag = u & 0x7FFFFFFFu;
+  const uint32_t down = mag & 0xFFFF0000u, up = down + 0x10000u;
+  const double x = std::fabs(static_cast<double>(from_bits(mag)));
+  if (mag == down) return static_cast<uint16_t>(u >> 16);  // exact, or infinity
+  // The value one step up; past the largest finite bf16 it is 2^128 (rounds to infinity).
+  const double hi = up >= 0x7F800000u ? std::ldexp(1.0, 128) : from_bits(up);
+  const double lo = from_bits(down);
+  uint32_t pick;
+  if (x - lo < hi - x) {
+    pick = down;
+  } else if (hi - x < x - lo) {
+    pick = up;
+  } else {
+    pick = (down & 0x10000u) == 0 ? down : up;  // a tie: the even mantissa
+  }
+  return static_cast<uint16_t>((sign | pick) >> 16);
+}
+
+void check_one(uint32_t u) {
+  const float f = from_bits(u);
+  const bf16 got = to_bf16(f);
+  if (std::isnan(f)) {
+    ASSERT_TRUE(std::isnan(to_float(got))) << std::hex << u;
+    ASSERT_EQ(got.bits & 0x8000u, (u >> 16) & 0x8000u) << "sign of NaN " << std::hex << u;
+    ASSERT_NE(got.bits & 0x0040u, 0u) << "quiet NaN " << std::hex << u;
+    return;
+  }
+  ASSERT_EQ(got.bits, reference_bf16(u)) << std::hex << "bits " << u;
+  ASSERT_EQ(round_to_bf16(f), to_float(got));
+}
+
+std::vector<uint32_t> test_patterns() {
+  std::vector<uint32_t> out;
+  std::mt19937 rng(2024);
+  for (int i = 0; i < 1 << 20; ++i) out.push_back(static_cast<uint32_t>(rng()));
+  for (uint32_t sign : {0u, 0x80000000u}) {
+    for (uint32_t top : {0x0000u, 0x0001u, 0x007Fu, 0x0080u, 0x3F80u, 0x3F81u, 0x7F7Fu, 0x7F80u,
+                         0x7FC0u, 0x7F81u}) {
+      for (uint32_t low : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) {
+        out.push_back(sign | top << 16 | low);
+      }
+    }
+  }
+  for (int i = 0; i < 1 << 16; ++i) {  // denormals, ties among them too
+    out.push_back(static_cast<uint32_t>(rng()) & 0x807FFFFFu);
+    out.push_back((static_cast<uint32_t>(rng()) & 0x807F0000u) | 0x8000u);
+  }
+  return out;
+}
+
+TEST(Bf16, RoundsToNearestEvenLikeTheDefinition) {
+  for (uint32_t u : test_patterns()) {
+    check_one(u);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(to_bf16(1.0f).bits, 0x3F80);
+  EXPECT_EQ(to_bf16(from_bits(0x3F808000u)).bits, 0x3F80);  // tie, even stays
+  EXPECT_EQ(to_bf16(from_bits(0x3F818000u)).bits, 0x3F82);  // tie, odd rounds up
+  EXPECT_EQ(to_bf16(from_bits(0x7F7FFFFFu)).bits, 0x7F80);  // max float: to infinity
+  EXPECT_EQ(to_bf16(INFINITY).bits, 0x7F80);
+  EXPECT_EQ(to_bf16(-INFINITY).bits, 0xFF80);
+  EXPECT_EQ(to_bf16(from_bits(0x00000001u)).bits, 0x0000);  // smallest denormal: to zero
+  EXPECT_EQ(to_bf16(from_bits(0x00018000u)).bits, 0x0002);  // denormal tie, odd rounds up
+}
+
+TEST(Bf16, VectorRoundingMatchesScalarBitForBit) {
+  const CpuInfo& cpu = cpu_info();
+  if (!cpu.avx512f || !cpu.avx512bw) GTEST_SKIP() << "no AVX-512BW";
+  std::vector<uint32_t> patterns = test_patterns();
+  patterns.resize(patterns.size() / 1024 * 1024);
+  std::vector<float> x(patterns.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = from_bits(patterns[i]);
+
+  // The AMX packer, 32×32 blocks read row-major (Y = op(A), trans kNo).
+  const layout::Layout l = layout::amx_a(32, 32);
+  std::vector<bf16> packed(1024);
+  for (size_t b = 0; b < x.size(); b += 1024) {
+    pack::amx_pack_a_f32(x.data() + b, 32, Trans::kNo, 0, 32, 32, 32, packed.data());
+    for (int64_t r = 0; r < 32; ++r) {
+      for (int64_t k = 0; k < 32; ++k) {
+        const uint32_t u = patterns[b + static_cast<size_t>(r * 32 + k)];
+        ASSERT_EQ(packed[static_cast<size_t>(l(r, k))].bits, to_bf16(from_bits(u)).bits)
+            << std::hex << u;
+      }
+    }
+  }
+
+  // The epilogue's cast of C (alpha = 1, beta = 0: C = acc exactly, NaN payloads kept).
+  std::vector<float> c(x.size());
+  std::vector<bf16> cast(x.size());
+  GemmEpilogue ep;
+  ep.c_bf16 = cast.data();
+  ep.ld_c_bf16 = 64;
+  finish_tile_avx512(x.data(), 64, static_cast<int64_t>(x.size() / 64), 61, 1.0f, 0.0f, c.data(),
+                     64, &ep, 0, 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i % 64 >= 61) continue;
+    uint32_t cu;
+    std::memcpy(&cu, &c[i], sizeof cu);
+    ASSERT_EQ(cast[i].bits, to_bf16(c[i]).bits) << std::hex << cu;
+  }
+}
+
+}  // namespace
+}  // namespace nanogpt

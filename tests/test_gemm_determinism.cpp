@@ -1,0 +1,165 @@
+// Bitwise reproducibility: the same bits for 1, 2 and 3 threads and for every blocking the
+// autotuner may choose, on every fp32 and bf16 kernel this CPU has, for all transposes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/autotune.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/gemm/blocking.hpp"
+#include "kernels/gemm/driver.hpp"
+#include "kernels/gemm/microkernel.hpp"
+#include "kernels/gemm_bf16.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace nanogpt {
+namespace {
+
+struct Case {
+  Trans ta, tb;
+  int64_t M, N, K;
+  float beta;
+  std::vector<float> A, B, C0;
+  Case(Trans ta_, Trans tb_, int64_t M_, int64_t N_, int64_t K_, float beta_, uint32_t seed)
+      : ta(ta_), tb(tb_), M(M_), N(N_), K(K_), beta(beta_) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    A.resize(static_cast<size_t>(M * K));
+    B.resize(static_cast<size_t>(K * N));
+    C0.resize(static_cast<size_t>(M * N));
+    for (auto* v : {&A, &B, &C0}) {
+      for (auto& x : *v) x = u(rng);
+    }
+  }
+  int64_t lda() const { return ta == Trans::kNo ? K : M; }
+  int64_t ldb() const { return tb == Trans::kNo ? N : K; }
+
+  std::vector<float> run(const MicroKernel& kernel, const GemmBlocking& blocking,
+                         PackSource src) const {
+    std::vector<float> c = C0;
+    gemm_run(kernel, blocking, src, ta, tb, M, N, K, 0.75f, A.data(), lda(), B.data(), ldb(), beta,
+             c.data(), N, nullptr);
+    return c;
+  }
+};
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+std::vector<std::pair<MicroKernel, PackSource>> every_kernel() {
+  std::vector<std::pair<MicroKernel, PackSource>> out;
+  for (const MicroKernel& k : available_microkernels()) out.emplace_back(k, PackSource::kF32);
+  for (const MicroKernel& k : available_bf16_microkernels())
+    out.emplace_back(k, PackSource::kF32ToBf16);
+  return out;
+}
+
+TEST(GemmDeterminism, SameBitsForOneTwoAndThreeThreads) {
+  ThreadPool one(1), two(2), three(3);
+  uint32_t seed = 5;
+  for (const auto& [kernel, source] : every_kernel()) {
+    for (Trans ta : {Trans::kNo, Trans::kYes}) {
+      for (Trans tb : {Trans::kNo, Trans::kYes}) {
+        const Case c(ta, tb, 150, 333, 600, 1.0f, seed++);
+        std::vector<float> r[3];
+        ThreadPool* pools[3] = {&one, &two, &three};
+        for (int t = 0; t < 3; ++t) {
+          ThreadPool::Use use(*pools[t]);
+          // Each pool's own default blocking: the task split differs with the thread count.
+          r[t] = c.run(kernel, default_blocking(kernel, c.M, c.N, c.K, t + 1), source);
+        }
+        EXPECT_TRUE(same_bits(r[0], r[1])) << kernel.isa << " 1 vs 2 threads";
+        EXPECT_TRUE(same_bits(r[0], r[2])) << kernel.isa << " 1 vs 3 threads";
+      }
+    }
+  }
+  // And through the public entry points (autotuned: in memory, no cache file).
+  AutotuneCache cache("", CpuIdentity::current(), AutotuneMode::kOn);
+  AutotuneCache::Use use_cache(cache);
+  const Case c(Trans::kNo, Trans::kYes, 300, 700, 600, 0.0f, 99);
+  std::vector<float> f[3], h[3];
+  ThreadPool* pools[3] = {&one, &two, &three};
+  for (int t = 0; t < 3; ++t) {
+    ThreadPool::Use use(*pools[t]);
+    f[t] = h[t] = c.C0;
+    gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, c.A.data(), c.lda(), c.B.data(), c.ldb(), 0.0f,
+         f[t].data(), c.N);
+    gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, 1.0f, c.A.data(), c.lda(), c.B.data(), c.ldb(), 0.0f,
+              h[t].data(), c.N);
+  }
+  EXPECT_TRUE(same_bits(f[0], f[1]) && same_bits(f[0], f[2]));
+  EXPECT_TRUE(same_bits(h[0], h[1]) && same_bits(h[0], h[2]));
+}
+
+TEST(GemmDeterminism, EveryBlockingCandidateGivesTheSameBits) {
+  ThreadPool two(2);
+  ThreadPool::Use use(two);
+  uint32_t seed = 50;
+  for (const auto& [kernel, source] : every_kernel()) {
+    for (Trans ta : {Trans::kNo, Trans::kYes}) {
+      for (Trans tb : {Trans::kNo, Trans::kYes}) {
+        const Case c(ta, tb, 97, 200, 1100, ta == Trans::kYes ? 1.0f : 0.0f, seed++);
+        std::vector<GemmBlocking> all = blocking_candidates(kernel, c.M, c.N, c.K, 2);
+        // The extremes too: one micro-tile per task, one k step per K block.
+        all.push_back({kernel.mr, kernel.nr, kernel.k_step});
+        all.push_back({1 << 20, 1 << 20, 0});
+        ASSERT_GE(all.size(), 3u);
+        const std::vector<float> first = c.run(kernel, all.front(), source);
+        for (const GemmBlocking& b : all) {
+          EXPECT_TRUE(same_bits(first, c.run(kernel, b, source)))
+              << kernel.isa << " " << b.name() << " vs " << all.front().name();
+        }
+      }
+    }
+  }
+}
+
+// A large, aligned, write-only C is stored non-temporally: the same bits as the usual path
+// (which a C one float off alignment takes).
+TEST(GemmDeterminism, StreamingStoresGiveTheSameBits) {
+  const int64_t M = 1024, N = 2048, K = 40;  // C is 8 MiB
+  const Case c(Trans::kNo, Trans::kYes, M, N, K, 0.0f, 21);
+  std::vector<float> storage(static_cast<size_t>(M * N + 32));
+  float* aligned = storage.data();
+  while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+  auto run = [&](const MicroKernel& kernel, PackSource source, float* out) {
+    std::fill(storage.begin(), storage.end(), -1.0f);
+    gemm_run(kernel, default_blocking(kernel, M, N, K, 1), source, c.ta, c.tb, M, N, K, 0.75f,
+             c.A.data(), c.lda(), c.B.data(), c.ldb(), 0.0f, out, N, nullptr);
+    return std::vector<float>(out, out + M * N);
+  };
+  for (const auto& [kernel, source] : every_kernel()) {
+    EXPECT_TRUE(same_bits(run(kernel, source, aligned), run(kernel, source, aligned + 1)))
+        << kernel.isa;
+  }
+}
+
+// Autotuning times candidates into scratch: the caller's C (read with beta = 1) must come out
+// as one call with any blocking would leave it.
+TEST(GemmDeterminism, AutotuningLeavesResultsAsTheDefaultBlockingDoes) {
+  AutotuneCache cache("", CpuIdentity::current(), AutotuneMode::kOn);
+  AutotuneCache::Use use_cache(cache);
+  for (bool bf16 : {false, true}) {
+    const Case c(Trans::kYes, Trans::kNo, 256, 320, 512, 1.0f, bf16 ? 11 : 12);
+    const MicroKernel& kernel = bf16 ? active_bf16_microkernel() : active_microkernel();
+    const PackSource source = bf16 ? PackSource::kF32ToBf16 : PackSource::kF32;
+    std::vector<float> got = c.C0;
+    if (bf16) {
+      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, 0.75f, c.A.data(), c.lda(), c.B.data(), c.ldb(), 1.0f,
+                got.data(), c.N);
+    } else {
+      gemm(c.ta, c.tb, c.M, c.N, c.K, 0.75f, c.A.data(), c.lda(), c.B.data(), c.ldb(), 1.0f,
+           got.data(), c.N);
+    }
+    const GemmBlocking d = default_blocking(kernel, c.M, c.N, c.K, ThreadPool::current().size());
+    EXPECT_TRUE(same_bits(got, c.run(kernel, d, source))) << kernel.isa;
+  }
+}
+
+}  // namespace
+}  // namespace nanogpt
