@@ -99,15 +99,15 @@ TEST(Rotary, MatchesFormulaAndInverts) {
   }
 }
 
-TEST(ReluSquared, ForwardAndBackward) {
-  auto x = random_vector(1001, 3), dy = random_vector(1001, 4);
-  std::vector<float> y(x.size(), kPoison), dx(x.size(), kPoison);
+// The training path fuses relu² and its backward into GEMM epilogues (tests/test_gemm.cpp);
+// this one is the decoder's.
+TEST(ReluSquared, Forward) {
+  auto x = random_vector(1001, 3);
+  std::vector<float> y(x.size(), kPoison);
   relu_squared_forward(x.data(), y.data(), static_cast<int64_t>(x.size()));
-  relu_squared_backward(x.data(), dy.data(), dx.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < x.size(); ++i) {
     double r = std::max(0.0f, x[i]);
     EXPECT_FLOAT_EQ(y[i], static_cast<float>(r * r));
-    EXPECT_FLOAT_EQ(dx[i], static_cast<float>(2 * r * dy[i]));
   }
 }
 

@@ -251,6 +251,65 @@ TEST(Gemm, FusedEpilogueOnEveryKernel) {
   }
 }
 
+// The relu² backward epilogue: C = (2·X)·(alpha·op(A)·op(B) + beta·C) where X > 0, else 0,
+// exactly the product of the plain GEMM's C with the factor (so bit-for-bit checkable), and it
+// happens before the other outputs, which see the final C. X holds negative, positive, zero
+// and NaN entries; elements outside M×N stay untouched.
+void check_relu_squared_grad(const MicroKernel& kernel, bool bf16_gemm, Trans ta, Trans tb,
+                             uint32_t seed) {
+  Problem p(ta, tb, 37, 83, 66, 0.75f, 0.5f, seed);
+  const int64_t ld_x = p.N + 9;
+  std::mt19937 rng(seed + 1000);
+  std::vector<float> x = random_matrix(static_cast<size_t>(p.M * ld_x), rng);
+  for (size_t i = 0; i < x.size(); i += 17) x[i] = 0.0f;
+  for (size_t i = 5; i < x.size(); i += 29) x[i] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> relu(static_cast<size_t>(p.M * p.N), -7.0f);
+  GemmEpilogue ep;
+  ep.relu_squared_input = x.data();
+  ep.ld_relu_squared_input = ld_x;
+  ep.relu_squared = relu.data();
+  ep.ld_relu_squared = p.N;
+  std::vector<float> got = p.C0, plain = p.C0;
+  auto run = [&](std::vector<float>& c, const GemmEpilogue* e) {
+    if (bf16_gemm) {
+      gemm_bf16_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                     p.beta, c.data(), p.ldc, e);
+    } else {
+      gemm_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                p.beta, c.data(), p.ldc, e);
+    }
+  };
+  run(got, &ep);
+  run(plain, nullptr);
+  for (int64_t i = 0; i < p.M; ++i) {
+    for (int64_t j = 0; j < p.ldc; ++j) {
+      const size_t idx = static_cast<size_t>(i * p.ldc + j);
+      if (j >= p.N) {
+        ASSERT_EQ(got[idx], p.C0[idx]) << kernel.isa << " wrote outside N at " << i << "," << j;
+        continue;
+      }
+      const float xv = x[static_cast<size_t>(i * ld_x + j)];
+      const float want = xv > 0.0f ? (2.0f * xv) * plain[idx] : 0.0f;
+      ASSERT_EQ(got[idx], want) << kernel.isa << " " << i << "," << j << " x=" << xv;
+      const float r = std::max(want, 0.0f);
+      ASSERT_EQ(relu[static_cast<size_t>(i * p.N + j)], r * r)
+          << kernel.isa << " " << i << "," << j;
+    }
+  }
+}
+
+TEST(Gemm, ReluSquaredGradEpilogueOnEveryKernel) {
+  uint32_t seed = 501;
+  for (Trans ta : {Trans::kNo, Trans::kYes}) {
+    for (Trans tb : {Trans::kNo, Trans::kYes}) {
+      for (const MicroKernel& k : available_microkernels())
+        check_relu_squared_grad(k, false, ta, tb, seed++);
+      for (const MicroKernel& k : available_bf16_microkernels())
+        check_relu_squared_grad(k, true, ta, tb, seed++);
+    }
+  }
+}
+
 TEST(Gemm, PublicEntryPointsUseTheActiveKernels) {
   Problem p(Trans::kNo, Trans::kYes, 40, 50, 60, 1.0f, 0.0f, 3);
   std::vector<float> x = p.start_c(), y = p.start_c();

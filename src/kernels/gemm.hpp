@@ -19,6 +19,12 @@ enum class Trans { kNo, kYes };
 
 // Optional work done on each finished tile of C while it is still in cache.
 struct GemmEpilogue {
+  // Backward through relu²: C is the gradient of relu²(X); it becomes the gradient of X,
+  // C[i,j] = (2·X[i,j])·C[i,j] where X[i,j] > 0, else 0 (NaN in X gives 0), with
+  // X[i,j] = relu_squared_input[i·ld + j]. Applied first, so the outputs below see the result.
+  // Fused into the MLP's c_proj input gradient, it saves a pass over the T×4d hidden layer.
+  const float* relu_squared_input = nullptr;
+  int64_t ld_relu_squared_input = 0;
   // relu_squared[i·ld + j] = max(C[i,j], 0)², the MLP's activation fused into c_fc.
   float* relu_squared = nullptr;
   int64_t ld_relu_squared = 0;

@@ -1,4 +1,5 @@
-// The MLP activation of the seed: relu(x)².
+// The MLP activation of the seed: relu(x)², for the decoder. Training fuses it and its backward
+// into the GEMM epilogues around it (kernels/gemm.hpp, GemmEpilogue).
 #pragma once
 
 #include <cstdint>
@@ -11,12 +12,6 @@ void relu_squared_forward(const Real* x, Real* y, int64_t n) {
     Real r = x[i] > Real(0) ? x[i] : Real(0);
     y[i] = r * r;
   }
-}
-
-// dx = dy · 2·relu(x). dx may alias dy.
-template <class Real>
-void relu_squared_backward(const Real* x, const Real* dy, Real* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > Real(0) ? Real(2) * x[i] * dy[i] : Real(0);
 }
 
 }  // namespace nanogpt

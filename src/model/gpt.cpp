@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/relu_squared.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "model/model_kernels.hpp"
 #include "runtime/error.hpp"
@@ -165,6 +164,7 @@ void GptT<Real>::ensure_capacity(int64_t T) {
     resize(A.norm2, T * d);
     resize(A.rstd2, T);
     resize(A.h_pre, T * 4 * d);
+    resize(A.h, T * 4 * d);
     resize(A.x_out, T * d);
     if (config_.has_attention(i)) {
       resize(A.norm1, T * d);
@@ -180,7 +180,7 @@ void GptT<Real>::ensure_capacity(int64_t T) {
   resize(rstd_final_, T);
   resize(dx_, T * d);
   resize(dx0_, T * d);
-  resize(dtmp_, T * 4 * d);
+  resize(dtmp_, T * 2 * HD);
   resize(dh_, T * 4 * d);
   resize(dqkv_, T * 3 * HD);
   resize(dattn_, T * HD);
@@ -296,13 +296,13 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
       rmsnorm_forward(&A.x_attn[t0 * d], d, &A.norm2[t0 * d], d, &A.rstd2[t0], t1 - t0, d);
       std::memcpy(&A.x_out[t0 * d], &A.x_attn[t0 * d], (t1 - t0) * d * sizeof(Real));
     });
-    model_gemm(precision_, "mlp.c_fc.fwd", Trans::kNo, Trans::kYes, T, 4 * d, d, Real(1),
-               A.norm2.data(), d, w.c_fc, d, Real(0), A.h_pre.data(), 4 * d);
-    for_row_blocks("relu2", T, 8 * d, [&](int64_t, int64_t t0, int64_t t1) {
-      relu_squared_forward(&A.h_pre[t0 * 4 * d], &dh_[t0 * 4 * d], (t1 - t0) * 4 * d);
-    });
+    ReluSquaredEpilogue<Real> relu2;
+    relu2.relu_squared = A.h.data();
+    relu2.ld = 4 * d;
+    model_gemm(precision_, "mlp.c_fc.fwd.relu2", Trans::kNo, Trans::kYes, T, 4 * d, d, Real(1),
+               A.norm2.data(), d, w.c_fc, d, Real(0), A.h_pre.data(), 4 * d, relu2);
     model_gemm(precision_, "mlp.c_proj.fwd", Trans::kNo, Trans::kYes, T, d, 4 * d, Real(1),
-               dh_.data(), 4 * d, w.mlp_proj, 4 * d, Real(1), A.x_out.data(), d);
+               A.h.data(), 4 * d, w.mlp_proj, 4 * d, Real(1), A.x_out.data(), d);
     x_prev = A.x_out.data();
   }
   for_row_blocks("final_norm", T, 2 * d, [&](int64_t, int64_t t0, int64_t t1) {
@@ -390,22 +390,20 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     LayerWeights g = weights_of(gbase, i);
     // dx is the gradient of this block's output; the first half's outputs also fed a skip.
     // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ
-    Real* h = dtmp_.data();
-    const Real* ds = i < n ? dskip_[static_cast<size_t>(i)].data() : nullptr;
-    for_row_blocks("skip.relu2.recompute", T, 6 * d, [&](int64_t, int64_t t0, int64_t t1) {
-      if (ds != nullptr) {
+    if (i < n) {
+      const Real* ds = dskip_[static_cast<size_t>(i)].data();
+      for_row_blocks("skip.bwd", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
         for (int64_t j = t0 * d; j < t1 * d; ++j) dx[j] += ds[j];
-      }
-      relu_squared_forward(&A.h_pre[t0 * 4 * d], h + t0 * 4 * d, (t1 - t0) * 4 * d);
-    });
-    model_gemm(precision_, "mlp.c_proj.dW", Trans::kYes, Trans::kNo, d, 4 * d, T, Real(1), dx, d, h,
-               4 * d, Real(1), g.mlp_proj, 4 * d);
-    model_gemm(precision_, "mlp.c_proj.dX", Trans::kNo, Trans::kNo, T, 4 * d, d, Real(1), dx, d,
-               w.mlp_proj, 4 * d, Real(0), dh_.data(), 4 * d);
-    for_row_blocks("relu2.bwd", T, 12 * d, [&](int64_t, int64_t t0, int64_t t1) {
-      relu_squared_backward(&A.h_pre[t0 * 4 * d], &dh_[t0 * 4 * d], &dh_[t0 * 4 * d],
-                            (t1 - t0) * 4 * d);
-    });
+      });
+    }
+    model_gemm(precision_, "mlp.c_proj.dW", Trans::kYes, Trans::kNo, d, 4 * d, T, Real(1), dx, d,
+               A.h.data(), 4 * d, Real(1), g.mlp_proj, 4 * d);
+    // dh_ = d(h_pre): the gradient of h, times relu²'s derivative, in the product's epilogue.
+    ReluSquaredEpilogue<Real> relu2_grad;
+    relu2_grad.relu_squared_input = A.h_pre.data();
+    relu2_grad.ld = 4 * d;
+    model_gemm(precision_, "mlp.c_proj.dX.relu2_bwd", Trans::kNo, Trans::kNo, T, 4 * d, d, Real(1),
+               dx, d, w.mlp_proj, 4 * d, Real(0), dh_.data(), 4 * d, relu2_grad);
     model_gemm(precision_, "mlp.c_fc.dW", Trans::kYes, Trans::kNo, 4 * d, d, T, Real(1), dh_.data(),
                4 * d, A.norm2.data(), d, Real(1), g.c_fc, d);
     model_gemm(precision_, "mlp.c_fc.dX", Trans::kNo, Trans::kNo, T, d, 4 * d, Real(1), dh_.data(),

@@ -10,8 +10,9 @@
 //     x += c_proj(relu(c_fc(rmsnorm(x)))²)
 //   loss = cross_entropy(30·σ(lm_head(rmsnorm(x)) / (7.5·√d)), targets)
 //
-// Activations are kept (not recomputed), except relu² which the backward recomputes from its
-// input; attention keeps only its output and log-sum-exp and recomputes scores.
+// Activations are kept (not recomputed); attention keeps only its output and log-sum-exp and
+// recomputes scores. relu² is fused into c_fc's product and its backward into c_proj's input
+// gradient (GEMM epilogues), so the MLP's hidden layer is never swept on its own.
 #pragma once
 
 #include <cstdint>
@@ -79,7 +80,8 @@ class GptT {
     std::vector<Real> x_attn;    // [T, d] after the attention residual
     std::vector<Real> norm2;     // [T, d]
     std::vector<Real> rstd2;     // [T]
-    std::vector<Real> h_pre;     // [T, 4d] c_fc · norm2 (relu² recomputed in the backward)
+    std::vector<Real> h_pre;     // [T, 4d] c_fc · norm2
+    std::vector<Real> h;         // [T, 4d] relu²(h_pre)
     std::vector<Real> x_out;     // [T, d] block output
   };
 

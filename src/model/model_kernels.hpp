@@ -32,6 +32,17 @@ struct LossArgs {
   Precision precision = Precision::kFp32;  // ignored by the float64 references
 };
 
+// The MLP's activation fused into its products (kernels/gemm.hpp, GemmEpilogue): with
+// relu_squared, the product C also gives relu²(C) there (c_fc's forward); with
+// relu_squared_input X, C (the gradient of relu²(X)) becomes the gradient of X,
+// (2·X)·C where X > 0, else 0 (c_proj's input gradient). ld is shared by both.
+template <class Real>
+struct ReluSquaredEpilogue {
+  Real* relu_squared = nullptr;
+  const Real* relu_squared_input = nullptr;
+  int64_t ld = 0;
+};
+
 // `name` says which of the model's products this is, for the profiler.
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
@@ -39,6 +50,12 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
                 double beta, double* C, int64_t ldc);
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                float beta, float* C, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue);
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
+                double beta, double* C, int64_t ldc, const ReluSquaredEpilogue<double>& epilogue);
 
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse);
 void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse);

@@ -64,6 +64,25 @@ void model_gemm(Precision, const char*, Trans ta, Trans tb, int64_t M, int64_t N
   }
 }
 
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
+                double beta, double* C, int64_t ldc, const ReluSquaredEpilogue<double>& epilogue) {
+  model_gemm(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double& c = C[i * ldc + j];
+      if (epilogue.relu_squared_input != nullptr) {
+        const double x = epilogue.relu_squared_input[i * epilogue.ld + j];
+        c = x > 0.0 ? 2.0 * x * c : 0.0;
+      }
+      if (epilogue.relu_squared != nullptr) {
+        const double r = std::max(c, 0.0);
+        epilogue.relu_squared[i * epilogue.ld + j] = r * r;
+      }
+    }
+  }
+}
+
 void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse) {
   std::vector<double> p;
   for (int64_t h = 0; h < a.H; ++h) {

@@ -30,6 +30,10 @@ __attribute__((always_inline)) inline void finish_portable(const float* acc, int
       for (int64_t j = 0; j < cols; ++j) o[j] = alpha * a[j] + beta * o[j];
     }
     if (ep == nullptr) continue;
+    if (ep->relu_squared_input != nullptr) {
+      const float* x = ep->relu_squared_input + (row + r) * ep->ld_relu_squared_input + col;
+      for (int64_t j = 0; j < cols; ++j) o[j] = x[j] > 0.0f ? (2.0f * x[j]) * o[j] : 0.0f;
+    }
     if (ep->relu_squared != nullptr) {
       float* rs = ep->relu_squared + (row + r) * ep->ld_relu_squared + col;
       for (int64_t j = 0; j < cols; ++j) {
@@ -65,17 +69,27 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void finish_tile_avx512(
     const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha, float beta, float* c,
     int64_t ldc, const GemmEpilogue* ep, int64_t row, int64_t col) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
+  const __m512 two = _mm512_set1_ps(2.0f);
+  const float* rx_base = ep != nullptr ? ep->relu_squared_input : nullptr;
   float* rs_base = ep != nullptr ? ep->relu_squared : nullptr;
   bf16* cb_base = ep != nullptr ? ep->c_bf16 : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = acc + r * ld_acc;
     float* o = c + r * ldc;
+    const float* rx =
+        rx_base != nullptr ? rx_base + (row + r) * ep->ld_relu_squared_input + col : nullptr;
     float* rs = rs_base != nullptr ? rs_base + (row + r) * ep->ld_relu_squared + col : nullptr;
     bf16* cb = cb_base != nullptr ? cb_base + (row + r) * ep->ld_c_bf16 + col : nullptr;
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 m = cols - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - j)) - 1);
       __m512 v = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, a + j));
       if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, o + j), v);
+      if (rx != nullptr) {
+        const __m512 x = _mm512_maskz_loadu_ps(m, rx + j);
+        // Ordered compare: false for NaN, so those lanes become 0 as in the portable loop.
+        const __mmask16 pos = _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ);
+        v = _mm512_maskz_mul_ps(pos, _mm512_mul_ps(two, x), v);
+      }
       _mm512_mask_storeu_ps(o + j, m, v);
       if (rs != nullptr) {
         const __m512 p = _mm512_max_ps(zero, v);  // NaN stays NaN, as std::max(NaN, 0)
