@@ -185,11 +185,13 @@ void check_packer(const MicroKernel& kernel, bool is_a, PackSource source, Trans
 
 TEST(Layout, EveryPackerWritesItsLayout) {
   uint32_t seed = 1;
-  for (const MicroKernel& kernel : available_bf16_microkernels()) {
+  std::vector<MicroKernel> kernels = available_bf16_microkernels();
+  for (const MicroKernel& k : available_microkernels()) kernels.push_back(k);
+  for (const MicroKernel& kernel : kernels) {
     for (PackSource source : {PackSource::kF32, PackSource::kF32ToBf16, PackSource::kBf16}) {
       for (Trans t : {Trans::kNo, Trans::kYes}) {
         for (bool is_a : {true, false}) {
-          for (int64_t rows : {1, 7, 31, 33, 70}) {
+          for (int64_t rows : {1, 7, 8, 17, 31, 33, 70}) {
             for (int64_t K : {1, 2, 17, 31, 32, 33, 67}) {
               check_packer(kernel, is_a, source, t, rows, K, seed++);
             }

@@ -47,6 +47,7 @@ CpuInfo detect() {
   info.avx2 = ymm && ((b >> 5) & 1);
   info.avx512f = zmm && ((b >> 16) & 1);
   info.avx512bw = zmm && ((b >> 30) & 1);
+  info.avx512vl = zmm && ((b >> 31) & 1);
   info.amx_bf16 = tiles && ((d >> 22) & 1);
   info.amx_tile = tiles && ((d >> 24) & 1);
   unsigned a1, b1, c1, d1;

@@ -9,7 +9,8 @@ namespace nanogpt {
 struct CpuInfo {
   std::string model_name;
   int logical_cores = 1;
-  bool avx2 = false, fma = false, avx512f = false, avx512bw = false, avx512_bf16 = false;
+  bool avx2 = false, fma = false, avx512f = false, avx512bw = false, avx512vl = false;
+  bool avx512_bf16 = false;
   bool amx_tile = false, amx_bf16 = false;
 };
 

@@ -58,14 +58,24 @@ MicroKernel microkernel_avx512() {
   m.level = IsaLevel::kAvx512;
   m.a_layout = a_layout;
   m.b_layout = b_layout;
-  m.pack_a[0] = pack::fp32_panel_fn<float, PackSource::kF32, kMR>;
-  m.pack_a[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kMR>;
-  m.pack_a[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kMR>;
-  m.pack_b[0] = pack::fp32_panel_fn<float, PackSource::kF32, kNR>;
-  m.pack_b[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kNR>;
-  m.pack_b[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kNR>;
+  // The vector packers need AVX-512BW and VL (bf16 loads, masked 256-bit moves).
+  if (cpu_info().avx512bw && cpu_info().avx512vl) {
+    m.pack_a[0] = pack::fp32_panel_avx512_fn<float, PackSource::kF32, kMR>();
+    m.pack_a[1] = pack::fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, kMR>();
+    m.pack_a[2] = pack::fp32_panel_avx512_fn<bf16, PackSource::kBf16, kMR>();
+    m.pack_b[0] = pack::fp32_panel_avx512_fn<float, PackSource::kF32, kNR>();
+    m.pack_b[1] = pack::fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, kNR>();
+    m.pack_b[2] = pack::fp32_panel_avx512_fn<bf16, PackSource::kBf16, kNR>();
+  } else {
+    m.pack_a[0] = pack::fp32_panel_fn<float, PackSource::kF32, kMR>;
+    m.pack_a[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kMR>;
+    m.pack_a[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kMR>;
+    m.pack_b[0] = pack::fp32_panel_fn<float, PackSource::kF32, kNR>;
+    m.pack_b[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kNR>;
+    m.pack_b[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kNR>;
+  }
   // The vector epilogue's bf16 stores need AVX-512BW.
-  m.finish = cpu_info().avx512bw ? finish_tile_avx512 : finish_tile_avx2;
+  m.finish = cpu_info().avx512bw && cpu_info().avx512vl ? finish_tile_avx512 : finish_tile_avx2;
   m.stream = stream_tile_avx512;
   return m;
 }

@@ -105,4 +105,9 @@ void vnni_pack_a_bf16(const void*, int64_t, Trans, int64_t, int64_t, int64_t, in
 void vnni_pack_b_f32(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
 void vnni_pack_b_bf16(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
 
+// AVX-512 (F, BW, VL) versions of fp32_panel_fn for panels of kP rows (8 and 32 are
+// instantiated), byte for byte the same output (pack_avx512.cpp).
+template <class T, PackSource kSource, int kP>
+PanelPackFn fp32_panel_avx512_fn();
+
 }  // namespace nanogpt::pack

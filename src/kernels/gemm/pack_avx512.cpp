@@ -152,6 +152,72 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void vnni_panel(const void*
   }
 }
 
+// 16 values of Y as fp32 lanes, converted as the source says (lanes outside m are +0).
+template <PackSource kSource>
+NANOGPT_AVX512BW __m512 load_f32(const float* p, __mmask16 m) {
+  if constexpr (kSource == PackSource::kF32ToBf16) {
+    const __m512i hi = bf16_round_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, p)));
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(hi, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else {
+    return _mm512_maskz_loadu_ps(m, p);
+  }
+}
+template <PackSource>
+NANOGPT_AVX512BW __m512 load_f32(const bf16* p, __mmask16 m) {
+  return _mm512_castsi512_ps(load_hi(p, m));
+}
+
+NANOGPT_AVX512BW __mmask16 first_lanes(int64_t n) {
+  return n >= 16  ? static_cast<__mmask16>(0xFFFF)
+         : n <= 0 ? static_cast<__mmask16>(0)
+                  : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// One fp32 micro-panel of kP rows of Y (layout::fp32_a with mr = kP, or fp32_b seen transposed
+// with nr = kP): out[k·kP + i]. A source contiguous in i is copied a k at a time; one contiguous
+// in k is read in 16×16 blocks and transposed in registers, where the portable packer scatters
+// one float at a time with stride kP.
+template <class T, PackSource kSource, int kP>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void fp32_panel_avx512(
+    const void* src_v, int64_t ld, Trans trans, int64_t first, int64_t valid, int64_t k_valid,
+    int64_t kp, void* out_v) {
+  const T* src = static_cast<const T*>(src_v) + (trans == Trans::kNo ? first * ld : first);
+  float* out = static_cast<float*>(out_v);
+  if (trans == Trans::kYes) {
+    for (int64_t k = 0; k < k_valid; ++k) {
+      for (int i0 = 0; i0 < kP; i0 += 16) {
+        const __mmask16 store = first_lanes(kP - i0);
+        const __m512 v = load_f32<kSource>(src + k * ld + i0, first_lanes(valid - i0));
+        _mm512_mask_storeu_ps(out + k * kP + i0, store, v);
+      }
+    }
+  } else {
+    for (int64_t k0 = 0; k0 < k_valid; k0 += 16) {
+      const __mmask16 km = first_lanes(k_valid - k0);
+      const int64_t kn = k_valid - k0 < 16 ? k_valid - k0 : 16;
+      for (int i0 = 0; i0 < kP; i0 += 16) {
+        __m512i v[16];
+        for (int i = 0; i < 16; ++i) {
+          v[i] = i0 + i < valid && i0 + i < kP
+                     ? _mm512_castps_si512(load_f32<kSource>(src + (i0 + i) * ld + k0, km))
+                     : _mm512_setzero_si512();
+        }
+        transpose16(v);  // v[j] now holds k0 + j for rows i0 .. i0 + 15
+        const __mmask16 store = first_lanes(kP - i0);
+        for (int64_t j = 0; j < kn; ++j) {
+          _mm512_mask_storeu_ps(out + (k0 + j) * kP + i0, store, _mm512_castsi512_ps(v[j]));
+        }
+      }
+    }
+  }
+  for (int64_t k = k_valid; k < kp; ++k) {
+    for (int i0 = 0; i0 < kP; i0 += 16) {
+      _mm512_mask_storeu_ps(out + k * kP + i0, first_lanes(kP - i0), _mm512_setzero_ps());
+    }
+  }
+}
+
 #undef NANOGPT_AVX512BW
 
 }  // namespace
@@ -189,5 +255,16 @@ void vnni_pack_b_bf16(const void* src, int64_t ld, Trans t, int64_t first, int64
                       int64_t k_valid, int64_t kp, void* out) {
   vnni_panel<bf16, kVnniNr>(src, ld, t, first, valid, k_valid, kp, out);
 }
+
+template <class T, PackSource kSource, int kP>
+PanelPackFn fp32_panel_avx512_fn() {
+  return fp32_panel_avx512<T, kSource, kP>;
+}
+template PanelPackFn fp32_panel_avx512_fn<float, PackSource::kF32, 8>();
+template PanelPackFn fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, 8>();
+template PanelPackFn fp32_panel_avx512_fn<bf16, PackSource::kBf16, 8>();
+template PanelPackFn fp32_panel_avx512_fn<float, PackSource::kF32, 32>();
+template PanelPackFn fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, 32>();
+template PanelPackFn fp32_panel_avx512_fn<bf16, PackSource::kBf16, 32>();
 
 }  // namespace nanogpt::pack
