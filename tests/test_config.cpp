@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "kernels/gemm/isa.hpp"
 #include "model/config.hpp"
-#include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "test_support.hpp"
@@ -61,9 +61,9 @@ TEST(Config, SetOverridesAndRoundTripsThroughJson) {
 TEST(Config, PrecisionIsAutoByDefaultAndResolvesFromTheCpu) {
   Config c = preset("cpu");
   EXPECT_EQ(c.precision, "auto");
-  const CpuInfo& cpu = cpu_info();
+  // auto is bf16 exactly when the GEMMs may run on AMX.
   EXPECT_EQ(resolved_precision(c),
-            cpu.avx512_bf16 || cpu.amx_bf16 ? Precision::kBf16 : Precision::kFp32);
+            isa_cap() >= IsaLevel::kAmx ? Precision::kBf16 : Precision::kFp32);
   set_config_value(c, "precision=fp32");
   EXPECT_EQ(resolved_precision(c), Precision::kFp32);
   set_config_value(c, "precision=\"bf16\"");  // JSON spelling works too

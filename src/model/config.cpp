@@ -4,7 +4,7 @@
 #include <functional>
 #include <variant>
 
-#include "runtime/cpu_info.hpp"
+#include "kernels/gemm/isa.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 
@@ -301,8 +301,10 @@ void validate_config(const Config& c) {
 Precision resolved_precision(const Config& c) {
   if (c.precision == "fp32") return Precision::kFp32;
   if (c.precision == "bf16") return Precision::kBf16;
-  const CpuInfo& cpu = cpu_info();
-  return cpu.avx512_bf16 || cpu.amx_bf16 ? Precision::kBf16 : Precision::kFp32;
+  // auto: bf16 where it is faster. Only AMX multiplies bf16 faster than the fp32 FMA units;
+  // without it the bf16 GEMM runs at the fp32 rate at best (microkernel_dispatch.cpp), plus
+  // the rounding, for less precision.
+  return isa_cap() >= IsaLevel::kAmx ? Precision::kBf16 : Precision::kFp32;
 }
 
 const char* precision_name(Precision p) {

@@ -27,7 +27,8 @@ struct Config {
   double logit_softcap = 30.0;
   // Arithmetic of the matrix products: "fp32", "bf16" (bf16 operands into the GEMMs, attention
   // and the head, fp32 accumulation; fp32 master weights, optimizer state, norms, softmax
-  // statistics and loss), or "auto": bf16 where the CPU has BF16 instructions, else fp32.
+  // statistics and loss), or "auto": bf16 where the GEMMs run on AMX (NANOGPT_ISA allowing),
+  // else fp32: without AMX bf16 products are no faster than fp32 ones (resolved_precision).
   std::string precision = "auto";
 
   // Data and batches.
