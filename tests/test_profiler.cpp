@@ -13,6 +13,7 @@
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "runtime/profiler.hpp"
+#include "runtime/thread_pool.hpp"
 #include "test_support.hpp"
 
 namespace nanogpt {
@@ -206,7 +207,58 @@ TEST_F(ProfilerTest, ThreadsRecordConcurrently) {
   std::set<int> tids;
   for (const auto& e : complete_events(trace_of(dir))) tids.insert(e["tid"].get<int>());
   EXPECT_EQ(tids.size(), 4u);
-  EXPECT_EQ(op_rows(Profiler::summary_table()).at("gemm").count, 2000);
+  const std::string table = Profiler::summary_table();
+  EXPECT_EQ(op_rows(table).at("gemm").count, 2000);
+  // Four threads' scopes: the table says its shares are of thread time.
+  EXPECT_NE(table.find("note: scopes ran on several threads"), std::string::npos) << table;
+}
+
+TEST_F(ProfilerTest, ScopesInsidePoolTasks) {
+  // Operations run as pool tasks (Muon's matrices): each task's scopes belong to the worker
+  // that ran it, nest under whatever that thread had open, and are all counted. Twice, so the
+  // workers' per-thread state is reused across jobs.
+  ThreadPool pool(3);
+  Profiler::start();
+  for (int rep = 0; rep < 2; ++rep) {
+    ProfileScope outer("optimizer", "outer", {}, 0, 0);
+    pool.parallel_for(12, [](size_t task, int) {
+      ProfileScope op("muon", "task", {static_cast<int64_t>(task)}, 0, 0);
+      ProfileScope inner("newton_schulz", "inner", {}, 1000, 0);
+      busy(20000);
+    });
+  }
+  Profiler::stop();
+  EXPECT_EQ(Profiler::recorded_events(), 2u + 2 * 12 * 2);
+  TempDir dir;
+  std::vector<std::pair<double, double>> outers;  // [start, end] in µs
+  std::set<int> tids;
+  const auto events = complete_events(trace_of(dir));
+  for (const auto& e : events) {
+    if (e["name"] == "outer") {
+      outers.emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+    }
+  }
+  ASSERT_EQ(outers.size(), 2u);
+  for (const auto& e : events) {
+    if (e["name"] == "outer") continue;
+    tids.insert(e["tid"].get<int>());
+    const double start = e["ts"].get<double>(), end = start + e["dur"].get<double>();
+    bool inside = false;  // within one of the outer scopes, whichever thread ran it
+    for (const auto& [s, t] : outers) inside = inside || (start >= s - 1e-3 && end <= t + 1e-3);
+    EXPECT_TRUE(inside) << e.dump();
+  }
+  EXPECT_GE(tids.size(), 1u);
+  EXPECT_LE(tids.size(), 3u);
+  const std::string table = Profiler::summary_table();
+  const auto rows = op_rows(table);
+  EXPECT_EQ(rows.at("optimizer").count, 2) << table;
+  EXPECT_EQ(rows.at("muon").count, 24) << table;
+  EXPECT_EQ(rows.at("newton_schulz").count, 24) << table;
+  // Nested scopes charge their parent on their own thread: a task's scope contains its inner
+  // one, and the outer scopes' self time (less the tasks their own thread ran) stays in range.
+  EXPECT_GE(rows.at("muon").total_ms, rows.at("newton_schulz").total_ms) << table;
+  EXPECT_GE(rows.at("optimizer").self_ms, 0.0);
+  EXPECT_LE(rows.at("optimizer").self_ms, rows.at("optimizer").total_ms);
 }
 
 TEST_F(ProfilerTest, SessionChecksThePathFirstAndWritesAtFinish) {

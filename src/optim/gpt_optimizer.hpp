@@ -3,13 +3,16 @@
 // rate follows the same multiplier schedule, and Muon's momentum warms up.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/config.hpp"
 #include "model/parameters.hpp"
 #include "optim/newton_schulz.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
@@ -17,7 +20,8 @@ class GptOptimizer {
  public:
   GptOptimizer(const ParameterSet& params, const Config& config);
 
-  // Applies one update for training step `step` (0-based) of config.num_iterations.
+  // Applies one update for training step `step` (0-based) of config.num_iterations, on
+  // ThreadPool::current(). Bitwise the same for any number of threads.
   void step(ParameterSet& params, const std::vector<float>& grads, int64_t step);
 
   // State for checkpoints: one tensor per (kind, parameter), e.g. "adam_exp_avg/lm_head.weight".
@@ -37,10 +41,34 @@ class GptOptimizer {
     std::vector<float> exp_avg, exp_avg_sq;  // Adam
     double base_lr = 0;
   };
+  // One Muon matrix: a whole kMatrix parameter, or one [R, C] slice of a stacked one.
+  struct MuonMatrix {
+    size_t slot = 0;     // in slots_
+    int64_t offset = 0;  // of the matrix in its parameter
+    int64_t rows = 0, cols = 0;
+    double work = 0;  // Newton–Schulz FLOPs: what the matrix costs, for scheduling
+  };
+  // What one pool worker needs to run matrices as single-threaded tasks: a 1-thread pool
+  // (no threads of its own) installed around each task so the task's GEMMs and element-wise
+  // loops stay on the worker, and its own Newton–Schulz scratch.
+  struct MuonWorker {
+    ThreadPool serial{1};
+    NewtonSchulzWorkspace ns;
+  };
+
+  void muon_matrix(const MuonMatrix& m, ParameterSet& params, const std::vector<float>& grads,
+                   double mult, double momentum, NewtonSchulzWorkspace& ws);
+
   Config config_;
   std::vector<Slot> slots_;
+  std::vector<MuonMatrix> muon_;                      // largest first
+  std::vector<double> muon_work_;                     // their costs, in that order
+  std::vector<std::unique_ptr<MuonWorker>> workers_;  // grown to the pool's size, then kept
   int64_t adam_steps_ = 0;
-  NewtonSchulzWorkspace ns_;
 };
+
+// How many of the leading matrices (costs `work`, largest first) Muon runs one at a time on
+// all `threads` before the rest run as single-threaded tasks; see gpt_optimizer.cpp.
+size_t muon_matrices_on_whole_pool(const std::vector<double>& work, int threads);
 
 }  // namespace nanogpt

@@ -379,6 +379,17 @@ std::string Profiler::summary_table() {
       out += r + "  " + s.op_types[s.by_name[n].first] + "\n";
     }
   }
+  // Scopes opened on several threads (operations run as pool tasks, such as Muon's matrices)
+  // each count their own thread's time, so self times can add up to more than the wall clock;
+  // say so rather than let a share read as a share of the step.
+  if (static_cast<double>(all.self_ns) > 1.01 * static_cast<double>(covered_ns)) {
+    std::snprintf(line, sizeof line,
+                  "note: scopes ran on several threads (pool tasks): self times add up to %.2f ms "
+                  "of thread time, the busiest thread's scopes to %.2f ms, so shares are of "
+                  "thread time, not wall time\n",
+                  static_cast<double>(all.self_ns) / 1e6, static_cast<double>(covered_ns) / 1e6);
+    out += line;
+  }
   if (s.dropped > 0) {
     std::snprintf(line, sizeof line,
                   "note: the trace holds the first %zu events; %zu later ones are counted above "

@@ -15,8 +15,13 @@
 // flops and bytes should be the work of its self time only: a parent whose children report
 // their own work passes 0, or the table counts that work twice.
 //
-// Events belong to the thread that opened the scope; kernels parallelise inside one operation,
-// so one scope on the calling thread covers all of its workers' time. Recording is thread-safe.
+// Events belong to the thread that opened the scope. Most kernels parallelise inside one
+// operation, so one scope on the calling thread covers all of its workers' time. Where whole
+// operations run as pool tasks instead (Muon's matrices), scopes opened inside a task belong to
+// the worker that ran it and nest only under that thread's open scopes; their self times are
+// then thread time, so with several threads busy at once the table can charge such an
+// operation more time than the wall clock saw. Recording is thread-safe, and each thread keeps
+// its own stack of open scopes, so scopes may open on any thread, pool workers included.
 //
 // When the profiler is off a scope costs one relaxed atomic load: no clock read, no
 // allocation. Argument expressions are still evaluated, so compute a name with string
