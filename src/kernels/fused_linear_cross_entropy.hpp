@@ -17,11 +17,13 @@
 //
 // Memory a call allocates (fused_linear_cross_entropy_workspace_bytes counts it):
 //   the logits workspace, row_block × ld floats (ld: V rounded up to an odd number of 64-byte
-//   lines, so that reading it down a column does not hit a few cache sets only), and 8 bytes
-//   of loss per row of a block;
+//   lines, so that reading it down a column does not hit a few cache sets only) and 64 bytes
+//   to align it, and 8 bytes of loss per row of a block;
 //   with fp8, the rounded W once per call (V×d floats; rounding per block instead would redo it
-//   for every row block) and the rounded rows of one block (row_block × d floats);
-//   plus the GEMM's packing buffers (under 1 MB per thread).
+//   for every row block) and the rounded rows of one block (row_block × d floats).
+// Not counted: the GEMM's packing buffers, which it keeps per calling thread for later calls:
+// a packed copy of a product's whole A operand, for dx and dW the block's g (as large as the
+// workspace), and at most ~4 MiB of packed B.
 // So O(V·d + row_block·(V + d)), and nothing of size T×V unless T <= row_block.
 //
 // Determinism: row blocks are visited in a fixed order, the GEMM splits work over output tiles
@@ -87,8 +89,8 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
 void capped_logits(const FusedLossParams& p, float* out);
 
 // Bytes the fused calls allocate besides the GEMM's packing buffers (see the top of the file):
-// row_block × (ld floats of logits + one double of loss), plus with fp8 V×d + row_block×d
-// floats.
+// row_block × (ld floats of logits + one double of loss) + 64, plus with fp8 V×d +
+// row_block×d floats.
 size_t fused_linear_cross_entropy_workspace_bytes(const FusedLossParams& p);
 
 }  // namespace nanogpt
