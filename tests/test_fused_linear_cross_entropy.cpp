@@ -514,12 +514,12 @@ TEST(FusedLinearCrossEntropy, RowBlockKeepsTheWorkspaceBounded) {
     p.row_block = forced;
     return fused_linear_cross_entropy_row_block(p);
   };
-  // Rows of V = 8192 are padded to 8208 floats, so 1022 of them fill the 32 MiB.
+  // Rows of V = 8192 are padded to 8208 floats, so 4088 of them fill the 128 MiB.
   EXPECT_EQ(rows(512, 8192), 512);  // the cpu preset: one block, 16 MiB
-  EXPECT_EQ(rows(1022, 8192), 1022);
-  EXPECT_EQ(rows(1023, 8192), 512);         // two equal blocks, not 1022 + 1
-  EXPECT_EQ(rows(512, 50304), 128);         // 166 rows fit: four blocks of 128
-  EXPECT_EQ(rows(16384, 50304), 166);       // the speedrun: 99 blocks
+  EXPECT_EQ(rows(4088, 8192), 4088);
+  EXPECT_EQ(rows(4089, 8192), 2045);        // two equal blocks, not 4088 + 1
+  EXPECT_EQ(rows(2048, 50304), 512);        // 666 rows fit: four blocks of 512
+  EXPECT_EQ(rows(16384, 50304), 656);       // the speedrun: 25 blocks
   EXPECT_EQ(rows(7, 50304), 7);             // never more rows than T
   EXPECT_EQ(rows(3, int64_t{1} << 30), 1);  // a row larger than the bound: one row at a time
   EXPECT_EQ(rows(300, 1000, 64), 64);       // forced

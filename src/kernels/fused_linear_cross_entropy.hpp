@@ -61,13 +61,17 @@ struct FusedLossParams {
   int64_t row_block = 0;
 };
 
-// The bound on the logits workspace (row_block × ld floats) when row_block is left at 0. Large
-// blocks matter: W and dW (V×d each) are read, and dW written, once per block, and the GEMMs
-// run best on many rows. 32 MiB holds 1022 rows of V = 8192 (the cpu preset's T = 512 is one
-// block) and 166 of V = 50304, still enough rows for the GEMM; it is small beside a training
-// step's activations, and fits in the L3 of the server CPU we measured on (260 MiB), where the
-// row passes and the two gradient GEMMs read it back.
-inline constexpr int64_t kMaxLogitsWorkspaceBytes = int64_t{32} << 20;
+// The bound on the logits workspace (row_block × ld floats) when row_block is left at 0. Rows
+// per block are what the speed depends on: every block packs W (V×d) twice for the GEMM (the
+// logits' and dx's operand) and reads and writes dW once, whatever its height, so short blocks
+// spend their time moving W and dW. At V = 50304, d = 768, T = 2048 (fused_loss_bench, 2
+// threads) a call took 3.9 s with blocks of 158 rows (a 32 MiB bound), 2.9 s with 256, 2.5 s
+// with 512 and 2.2 s with 1024; the old two-sweep head took 2.8 s. 128 MiB holds 666 rows of
+// V = 50304 (the speedrun's T = 16384 is 25 blocks of 656) and 4088 rows of V = 8192 (the cpu
+// preset's T = 512 is one block of 16 MiB). It does not grow with T, and it is small beside
+// the activations of a T large enough to need several blocks. The GEMM keeps a packed copy of
+// g as large again (see the top of the file).
+inline constexpr int64_t kMaxLogitsWorkspaceBytes = int64_t{128} << 20;
 
 // The rows per block a call with these parameters uses: p.row_block if set (at most T), else
 // the fewest blocks whose workspace fits kMaxLogitsWorkspaceBytes, split evenly. 0 if T <= 0.
