@@ -2,7 +2,7 @@
 // backward), fused against unfused.
 //
 //   fused_loss_bench [--T 16384] [--V 50304] [--d 768] [--mode fused|unfused|both] [--fp8]
-//                    [--warmup 1] [--repeats 3] [--row-block N] [--vocab-chunk N]
+//                    [--warmup 1] [--repeats 3] [--row-block N]
 //
 // Each mode runs in its own fork()ed child, so one mode's allocations cannot hide in the other's
 // peak: the child allocates and fills its inputs, resets its high-water mark
@@ -40,13 +40,13 @@ struct Options {
   std::string mode = "both";
   bool fp8 = false;
   int warmup = 1, repeats = 3;
-  int64_t row_block = 0, vocab_chunk = 0;
+  int64_t row_block = 0;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "fused_loss_bench: " << problem << "\n"
             << "usage: fused_loss_bench [--T N] [--V N] [--d N] [--mode fused|unfused|both] "
-               "[--fp8] [--warmup N] [--repeats N] [--row-block N] [--vocab-chunk N]\n";
+               "[--fp8] [--warmup N] [--repeats N] [--row-block N]\n";
   std::exit(2);
 }
 
@@ -86,8 +86,6 @@ Options parse(int argc, char** argv) {
       o.repeats = static_cast<int>(parse_count(a, value(), 1));
     } else if (a == "--row-block") {
       o.row_block = parse_count(a, value(), 0);
-    } else if (a == "--vocab-chunk") {
-      o.vocab_chunk = parse_count(a, value(), 0);
     } else {
       usage("unknown argument '" + a + "'");
     }
@@ -133,7 +131,7 @@ std::string cpu_model() {
 struct Result {
   double loss;
   double median_seconds, min_seconds, max_seconds;
-  int64_t baseline_rss, peak_hwm, workspace_bytes;
+  int64_t baseline_rss, peak_hwm, workspace_bytes, row_block;
   double dx_norm, dW_norm;
   int hwm_reset;  // 1 if clear_refs reset the high-water mark (else peak includes the setup)
   int threads;
@@ -178,12 +176,12 @@ Result measure(const Options& o, bool fused) {
   p.fp8 = o.fp8;
   p.loss_scale = 1.0f / static_cast<float>(o.T);
   p.row_block = o.row_block;
-  p.vocab_chunk = o.vocab_chunk;
 
   Result r{};
   r.threads = nanogpt::ThreadPool::current().size();  // starts the pool before the baseline
   r.workspace_bytes =
       fused ? static_cast<int64_t>(nanogpt::fused_linear_cross_entropy_workspace_bytes(p)) : 0;
+  r.row_block = fused ? nanogpt::fused_linear_cross_entropy_row_block(p) : 0;
   {
     std::ofstream clear("/proc/self/clear_refs");
     clear << "5";
@@ -308,7 +306,10 @@ int main(int argc, char** argv) {
         {"loadavg_before", r.load_before},
         {"loadavg_after", r.load_after},
     };
-    if (mode == "fused") line["workspace_bytes"] = r.workspace_bytes;
+    if (mode == "fused") {
+      line["workspace_bytes"] = r.workspace_bytes;
+      line["row_block"] = r.row_block;
+    }
     std::cout << line.dump() << std::endl;
     summary[mode + "_seconds"] = r.median_seconds;
     summary[mode + "_peak_extra_bytes"] = extra;

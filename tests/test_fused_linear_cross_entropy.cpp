@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/fp8.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
@@ -124,9 +125,15 @@ std::vector<double> to_double(const std::vector<float>& v) {
 // The reference for the params `p` asks for, with the FP8 rounding applied explicitly:
 // xq = round_to_e4m3(x·(1/x_s))·x_s, wq likewise with w_s, and dL/dz rounded to E5M2 after
 // multiplying by 1/grad_s. (Multiplying by the reciprocal is quantize_e4m3's convention.)
+// With bf16, x and W are rounded to bf16 as the products see them; the products' rounding of
+// dL/dz to bf16 is not modelled (the bf16 test's gradient bound allows for it).
 Reference reference_for(const Problem& pr, const FusedLossParams& p) {
   const double divisor = p.softcap_divisor > 0 ? p.softcap_divisor : 7.5 * std::sqrt(double(pr.d));
   std::vector<double> x = to_double(pr.x), W = to_double(pr.W);
+  if (p.precision == Precision::kBf16) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = round_to_bf16(pr.x[i]);
+    for (size_t i = 0; i < W.size(); ++i) W[i] = round_to_bf16(pr.W[i]);
+  }
   if (p.fp8) {
     const float xs = p.x_scale > 0 ? p.x_scale : static_cast<float>(std::sqrt(double(pr.d)) / 448);
     for (size_t i = 0; i < x.size(); ++i) x[i] = round_to_e4m3(pr.x[i] * (1.0f / xs)) * xs;
@@ -202,8 +209,12 @@ void check_against_reference(const Problem& pr, const FusedLossParams& p, const 
   }
   EXPECT_LT(loss_err, loss_tol) << label;
   EXPECT_NEAR(o.forward_total, ref.total, loss_tol * (pr.T + std::abs(ref.total))) << label;
-  // The backward sweeps the vocabulary exactly as the forward does.
+  // The backward computes each row's loss exactly as the forward does.
   EXPECT_EQ(o.backward_total, o.forward_total) << label;
+  for (size_t i = 0; i < o.dx.size(); ++i)
+    ASSERT_TRUE(std::isfinite(o.dx[i])) << label << " dx " << i;
+  for (size_t i = 0; i < o.dW.size(); ++i)
+    ASSERT_TRUE(std::isfinite(o.dW[i])) << label << " dW " << i;
   const double dx_err = relative_error(o.dx, ref.dx);
   const double dW_err = relative_error(o.dW, ref.dW, &o.dW_initial);
   EXPECT_LT(dx_err, grad_tol) << label;
@@ -213,16 +224,16 @@ void check_against_reference(const Problem& pr, const FusedLossParams& p, const 
   seen.dW = std::max(seen.dW, dW_err);
 }
 
-struct Tiles {
-  int64_t row_block, vocab_chunk;
-};
-// The defaults, tiles that divide nothing here, and tiles smaller than a GEMM register block.
-constexpr Tiles kTileChoices[] = {{0, 0}, {64, 256}, {5, 48}};
+// The default (one block for every T here), a block that divides none of the T here (several
+// blocks and a ragged last one), and a block smaller than a GEMM register block.
+constexpr int64_t kRowBlockChoices[] = {0, 64, 5};
 
 std::string describe(const FusedLossParams& p) {
   return "T=" + std::to_string(p.T) + " d=" + std::to_string(p.d) + " V=" + std::to_string(p.V) +
-         " tiles=" + std::to_string(p.row_block) + "x" + std::to_string(p.vocab_chunk) +
-         " loss_scale=" + std::to_string(p.loss_scale) + (p.fp8 ? " fp8" : "");
+         " row_block=" + std::to_string(p.row_block) + " (" +
+         std::to_string(fused_linear_cross_entropy_row_block(p)) +
+         ") loss_scale=" + std::to_string(p.loss_scale) + (p.fp8 ? " fp8" : "") +
+         (p.precision == Precision::kBf16 ? " bf16" : "");
 }
 
 // ---- tests ----------------------------------------------------------------------------------
@@ -265,21 +276,22 @@ TEST(FusedLinearCrossEntropy, ReferenceGradientMatchesFiniteDifferences) {
 // Bounds: z is an fp32 dot product of at most 64 terms and exp/σ are within 2 ulp, so a loss
 // (up to ~35) carries errors of a few ulp of 30, ~1e-6 relative to 1 + |loss|, and gradients
 // ~1e-7..1e-6 of their norm. The bounds, 5e-6 for both, leave several times that.
+// V = 13 is less than one vector of the row kernels; V = 2053 (prime) spans several of the
+// float segments the row's sum of exponentials is split into.
 TEST(FusedLinearCrossEntropy, MatchesReferenceOnAwkwardShapes) {
   Observed seen;
   uint32_t seed = 100;
-  for (int64_t T : {1, 7, 129, 300}) {
+  for (int64_t T : {1, 7, 127, 129, 300}) {
     for (int64_t d : {8, 24, 64}) {
-      for (int64_t V : {128, 384, 1000}) {
+      for (int64_t V : {13, 384, 1000, 2053}) {
         ++seed;
         const Problem pr = make_problem(T, d, V, seed % 2 == 0 ? 20.0f : 1.0f, seed);
         FusedLossParams p = pr.params();
         const float loss_scales[] = {1.0f, 1.0f / static_cast<float>(T), 0.37f};
         p.loss_scale = loss_scales[seed % 3];
         const Reference ref = reference_for(pr, p);
-        for (const Tiles& tiles : kTileChoices) {
-          p.row_block = tiles.row_block;
-          p.vocab_chunk = tiles.vocab_chunk;
+        for (int64_t row_block : kRowBlockChoices) {
+          p.row_block = row_block;
           check_against_reference(pr, p, ref, 5e-6, 5e-6, seen, describe(p));
         }
       }
@@ -304,9 +316,8 @@ TEST(FusedLinearCrossEntropy, Fp8MatchesExplicitRounding) {
         p.loss_scale = 1.0f / static_cast<float>(T);
         p.fp8 = true;
         const Reference ref = reference_for(pr, p);
-        for (const Tiles& tiles : kTileChoices) {
-          p.row_block = tiles.row_block;
-          p.vocab_chunk = tiles.vocab_chunk;
+        for (int64_t row_block : kRowBlockChoices) {
+          p.row_block = row_block;
           check_against_reference(pr, p, ref, 5e-6, 5e-4, seen, describe(p));
         }
         // The rounding really happens: the exact head's gradient is measurably different.
@@ -332,24 +343,49 @@ TEST(FusedLinearCrossEntropy, WithoutSoftcapIsPlainCrossEntropy) {
   p.softcap = 0.0f;
   p.loss_scale = 0.5f;
   const Reference ref = reference_for(pr, p);
-  for (const Tiles& tiles : kTileChoices) {
-    p.row_block = tiles.row_block;
-    p.vocab_chunk = tiles.vocab_chunk;
+  for (int64_t row_block : kRowBlockChoices) {
+    p.row_block = row_block;
     check_against_reference(pr, p, ref, 5e-6, 5e-6, seen, describe(p));
   }
   seen.print("no soft-cap vs double reference");
 }
 
-TEST(FusedLinearCrossEntropy, BitwiseIdenticalAcrossThreadCounts) {
-  const Problem pr = make_problem(300, 64, 1000, 20.0f, 400);
-  ThreadPool one(1), two(2), three(3);
-  for (bool fp8 : {false, true}) {
-    for (const Tiles& tiles : kTileChoices) {
+TEST(FusedLinearCrossEntropy, Bf16MatchesRoundedInputs) {
+  // The reference rounds x and W to bf16 as the products do, so the logits and the loss are as
+  // exact as in fp32 (the bound is fp32's). The gradient's products also round dL/dz to bf16,
+  // a relative error up to 2^-9 ≈ 2e-3 per element that the reference does not model. With a
+  // flat softmax a row's non-target elements are nearly equal, so their rounding errors share
+  // sign and size and the norms' errors approach 2^-9 (1.7e-3 seen); the bound is 5e-3.
+  Observed seen;
+  uint32_t seed = 250;
+  for (int64_t T : {1, 7, 129, 300}) {
+    for (int64_t V : {384, 2053}) {
+      ++seed;
+      const Problem pr = make_problem(T, 64, V, seed % 2 == 0 ? 20.0f : 1.0f, seed);
       FusedLossParams p = pr.params();
-      p.fp8 = fp8;
+      p.precision = Precision::kBf16;
+      p.loss_scale = seed % 2 == 0 ? 0.37f : 1.0f / static_cast<float>(T);
+      const Reference ref = reference_for(pr, p);
+      for (int64_t row_block : kRowBlockChoices) {
+        p.row_block = row_block;
+        check_against_reference(pr, p, ref, 5e-6, 5e-3, seen, describe(p));
+      }
+    }
+  }
+  seen.print("bf16 vs double reference with bf16 inputs");
+}
+
+TEST(FusedLinearCrossEntropy, BitwiseIdenticalAcrossThreadCounts) {
+  const Problem pr = make_problem(300, 64, 2053, 20.0f, 400);
+  ThreadPool one(1), two(2), three(3);
+  enum Mode { kFp32, kFp8, kBf16 };
+  for (Mode mode : {kFp32, kFp8, kBf16}) {
+    for (int64_t row_block : kRowBlockChoices) {
+      FusedLossParams p = pr.params();
+      p.fp8 = mode == kFp8;
+      p.precision = mode == kBf16 ? Precision::kBf16 : Precision::kFp32;
       p.loss_scale = 1.0f / 300;
-      p.row_block = tiles.row_block;
-      p.vocab_chunk = tiles.vocab_chunk;
+      p.row_block = row_block;
       std::vector<Outputs> runs;
       for (ThreadPool* pool : {&one, &two, &three}) {
         ThreadPool::Use use(*pool);
@@ -379,7 +415,6 @@ TEST(FusedLinearCrossEntropy, BackwardLossEqualsForwardAndGradientsAreSeparable)
     FusedLossParams p = pr.params();
     p.fp8 = fp8;
     p.row_block = 64;
-    p.vocab_chunk = 256;
     std::vector<float> per_token(129);
     const double forward = fused_linear_cross_entropy_forward(p, per_token.data());
     EXPECT_EQ(fused_linear_cross_entropy_forward(p, nullptr), forward);
@@ -422,8 +457,16 @@ TEST(FusedLinearCrossEntropy, UnfusedAgreesWithFused) {
     EXPECT_LT(dW_err, fp8 ? 5e-4 : 5e-6);
     seen.dx = std::max(seen.dx, dx_err);
     seen.dW = std::max(seen.dW, dW_err);
+    // With T in one row block (the default here) the fused head does the unfused head's row
+    // work and products on the same shapes, only with a padded row stride and without the
+    // second T×V buffer; the GEMM's sums do not depend on the stride, so the results agree bit
+    // for bit.
     const Outputs fused = run_fused(pr, p, 0.0, 1);
-    EXPECT_NEAR(fused.forward_total, loss, 5e-6 * (300 + loss));
+    ASSERT_EQ(fused_linear_cross_entropy_row_block(p), 300);
+    EXPECT_EQ(fused.forward_total, loss);
+    EXPECT_EQ(fused.backward_total, loss);
+    EXPECT_EQ(fused.dx, dx);
+    EXPECT_EQ(fused.dW, dW);
   }
   seen.print("unfused vs double reference (fp32 and fp8)");
 }
@@ -460,6 +503,57 @@ TEST(FusedLinearCrossEntropy, NanInputGivesNanLoss) {
   EXPECT_TRUE(std::isnan(per_token[3]));
   EXPECT_TRUE(std::isfinite(per_token[2]));
   EXPECT_TRUE(std::isnan(linear_cross_entropy_unfused(p, nullptr, nullptr)));
+}
+
+TEST(FusedLinearCrossEntropy, RowBlockKeepsTheWorkspaceBounded) {
+  FusedLossParams p;
+  p.d = 256;
+  auto rows = [&](int64_t T, int64_t V, int64_t forced = 0) {
+    p.T = T;
+    p.V = V;
+    p.row_block = forced;
+    return fused_linear_cross_entropy_row_block(p);
+  };
+  // Rows of V = 8192 are padded to 8208 floats, so 4088 of them fill the 128 MiB.
+  EXPECT_EQ(rows(512, 8192), 512);  // the cpu preset: one block, 16 MiB
+  EXPECT_EQ(rows(4088, 8192), 4088);
+  EXPECT_EQ(rows(4089, 8192), 2045);        // two equal blocks, not 4088 + 1
+  EXPECT_EQ(rows(2048, 50304), 512);        // 666 rows fit: four blocks of 512
+  EXPECT_EQ(rows(16384, 50304), 656);       // the speedrun: 25 blocks
+  EXPECT_EQ(rows(7, 50304), 7);             // never more rows than T
+  EXPECT_EQ(rows(3, int64_t{1} << 30), 1);  // a row larger than the bound: one row at a time
+  EXPECT_EQ(rows(300, 1000, 64), 64);       // forced
+  EXPECT_EQ(rows(30, 1000, 64), 30);        // forced, but at most T
+  EXPECT_EQ(rows(0, 1000), 0);
+  for (int64_t T : {1, 100, 513, 4096, 16384, 100000}) {
+    for (int64_t V : {13, 1000, 8192, 50304}) {
+      p.T = T;
+      p.V = V;
+      p.row_block = 0;
+      p.fp8 = false;
+      const std::string label = "T=" + std::to_string(T) + " V=" + std::to_string(V);
+      const int64_t r = fused_linear_cross_entropy_row_block(p);
+      // The workspace: r rows of ld floats, ld >= V a whole and odd number of 64-byte lines,
+      // within the bound; 64 bytes to align it and the rows' losses besides.
+      const auto bytes = static_cast<int64_t>(fused_linear_cross_entropy_workspace_bytes(p));
+      const int64_t logits = bytes - 64 - r * 8;
+      ASSERT_EQ(logits % (r * 4), 0) << label;
+      const int64_t ld = logits / (r * 4);
+      EXPECT_GE(ld, V) << label;
+      EXPECT_LT(ld, V + 32) << label;
+      EXPECT_EQ(ld % 32, 16) << label;
+      EXPECT_LE(logits, kMaxLogitsWorkspaceBytes) << label;
+      // In the fewest blocks that fit, none of them empty.
+      const int64_t max_rows = kMaxLogitsWorkspaceBytes / (ld * 4);
+      const int64_t blocks = (T + r - 1) / r;
+      EXPECT_EQ(blocks, (T + max_rows - 1) / max_rows) << label;
+      EXPECT_LT((blocks - 1) * r, T) << label;
+      p.fp8 = true;
+      EXPECT_EQ(static_cast<int64_t>(fused_linear_cross_entropy_workspace_bytes(p)),
+                bytes + (V * 256 + r * 256) * 4)
+          << label;
+    }
+  }
 }
 
 TEST(FusedLinearCrossEntropy, RejectsBadArgumentsAndHandlesNoRows) {

@@ -15,17 +15,20 @@
 #include "runtime/thread_pool.hpp"
 
 // The row loops below are compiled once per ISA, as the GEMM's micro-kernel is: the library is
-// built without -march, and these loops (an exp per logit, twice) are the only work besides the
-// GEMM.
+// built without -march, and these loops (two or three exps per logit) are the only work besides
+// the GEMM.
 #define NANOGPT_ROW_KERNEL __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 
 namespace nanogpt {
 
 namespace {
 
-// Rows per parallel task in the elementwise passes: a task is then rows × vocab_chunk
-// exponentials, tens of microseconds, well above the cost of handing it out.
+// Rows per parallel task in the elementwise passes: a task is then 8 × V logits, two or three
+// exponentials each, tens of microseconds or more, well above the cost of handing it out.
 constexpr int64_t kRowsPerTask = 8;
+// A row's Σ exp(y - m) is summed in float lanes over segments of this many classes and the
+// segments' sums are added in double, so the rounding error does not grow with V.
+constexpr int64_t kSumSegment = 1024;
 // Independent partial sums per row: enough for one AVX-512 vector, and a fixed association
 // order, so the sum is the same whichever clone runs.
 constexpr int kLanes = 16;
@@ -34,13 +37,23 @@ constexpr int64_t kQuantizeTaskElements = int64_t{1} << 16;
 
 // Everything the kernels need, with the defaults filled in.
 struct Config {
-  int64_t T, d, V, rows, cols;  // rows/cols: tile shape
+  int64_t T, d, V, rows, ld;  // rows: the row block; ld: the workspace's row stride
   bool capped;
   float softcap, inv_divisor;
   bool fp8;
   float x_scale, w_scale, grad_scale;
   float loss_scale;
 };
+
+// The workspace's row stride in floats: V rounded up to whole 64-byte lines, and to an odd
+// number of them. The dW product reads the workspace down its columns; with a power-of-two
+// stride (V = 8192 is 32 KiB) those reads all fall in a few cache sets and evict each other.
+int64_t workspace_ld(int64_t V) {
+  constexpr int64_t kLine = 16;  // floats per 64-byte line
+  int64_t ld = (V + kLine - 1) / kLine * kLine;
+  if ((ld / kLine) % 2 == 0) ld += kLine;
+  return ld;
+}
 
 std::string shape_string(const FusedLossParams& p) {
   return "(T=" + std::to_string(p.T) + ", d=" + std::to_string(p.d) + ", V=" + std::to_string(p.V) +
@@ -68,9 +81,7 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
     throw Error(where + "the FP8 scales must be finite and > 0 (x_scale 0 = √d/448)");
   }
   if (!std::isfinite(p.loss_scale)) throw Error(where + "loss_scale must be finite");
-  if (p.row_block < 0 || p.vocab_chunk < 0) {
-    throw Error(where + "row_block and vocab_chunk must be >= 0 (0 = default)");
-  }
+  if (p.row_block < 0) throw Error(where + "row_block must be >= 0 (0 = default)");
   if (need_targets) {
     for (int64_t t = 0; t < p.T; ++t) {
       if (p.targets[t] < 0 || p.targets[t] >= p.V) {
@@ -84,8 +95,8 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
   c.T = p.T;
   c.d = p.d;
   c.V = p.V;
-  c.rows = std::max<int64_t>(1, std::min(p.row_block > 0 ? p.row_block : kDefaultRowBlock, p.T));
-  c.cols = std::min(p.vocab_chunk > 0 ? p.vocab_chunk : kDefaultVocabChunk, p.V);
+  c.ld = workspace_ld(p.V);
+  c.rows = std::max<int64_t>(1, fused_linear_cross_entropy_row_block(p));
   c.capped = p.softcap > 0.0f;
   c.softcap = p.softcap;
   const float divisor = p.softcap_divisor > 0.0f
@@ -130,8 +141,8 @@ inline float exp_approx(float x) {
   return x < -87.0f ? 0.0f : result;
 }
 
-// Soft-capped logits from z. σ(u) = 1/(1+e) with e = exp(-u); the backward uses the same
-// expressions so that it sees the forward's y bit for bit.
+// Soft-capped logits from z, for capped_logits: σ(u) = 1/(1+e) with e = exp(-u), the
+// expressions the loss computes y with (exp_neg_scaled_row, then logit_of).
 NANOGPT_ROW_KERNEL void soft_cap_row(const float* z, float* y, int64_t n, float softcap,
                                      float inv_divisor) {
   for (int64_t j = 0; j < n; ++j) {
@@ -162,18 +173,62 @@ NANOGPT_ROW_KERNEL float max_row(const float* y, int64_t n) {
   return m;
 }
 
+NANOGPT_ROW_KERNEL float min_row(const float* v, int64_t n) {
+  float m = std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  if (n >= kLanes) {
+    FloatLanes lanes;
+    std::memcpy(&lanes, v, sizeof(lanes));
+    for (j = kLanes; j + kLanes <= n; j += kLanes) {
+      FloatLanes w;
+      std::memcpy(&w, v + j, sizeof(w));
+      lanes = w < lanes ? w : lanes;
+    }
+    for (int l = 0; l < kLanes; ++l) m = lanes[l] < m ? lanes[l] : m;
+  }
+  for (; j < n; ++j) m = v[j] < m ? v[j] : m;
+  return m;
+}
+
+// With the soft-cap, a row of the workspace holds e = exp(-z/divisor) instead of z: σ =
+// 1/(1+e), y = softcap·σ and dy/dz = softcap/divisor·(e·σ)·σ all follow from it without
+// another exp, and without the cancellation of 1-σ when σ is near 1.
+NANOGPT_ROW_KERNEL void exp_neg_scaled_row(float* v, int64_t n, float inv_divisor) {
+  for (int64_t j = 0; j < n; ++j) v[j] = exp_approx(-(v[j] * inv_divisor));
+}
+
+// y from what a row holds: softcap·σ from e with the cap, else z itself. Every pass (and the
+// scalar code for the target and the max) computes y with this one expression, so all see the
+// same y bit for bit.
+template <bool kCapped>
+__attribute__((always_inline)) inline float logit_of(float v, float softcap) {
+  if constexpr (kCapped) {
+    return softcap * (1.0f / (1.0f + v));
+  } else {
+    return v;
+  }
+}
+
 // Σ_j exp(y_j - m), in kLanes partial sums combined pairwise.
-NANOGPT_ROW_KERNEL float sum_exp_row(const float* y, int64_t n, float m) {
+template <bool kCapped>
+__attribute__((always_inline)) inline float sum_exp_loop(const float* v, int64_t n, float m,
+                                                         float softcap) {
   float lanes[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lanes[l] += exp_approx(y[j + l] - m);
+    for (int l = 0; l < kLanes; ++l)
+      lanes[l] += exp_approx(logit_of<kCapped>(v[j + l], softcap) - m);
   }
-  for (int l = 0; j < n; ++j, ++l) lanes[l] += exp_approx(y[j] - m);
+  for (int l = 0; j < n; ++j, ++l) lanes[l] += exp_approx(logit_of<kCapped>(v[j], softcap) - m);
   for (int width = kLanes / 2; width > 0; width /= 2) {
     for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
   }
   return lanes[0];
+}
+
+NANOGPT_ROW_KERNEL float sum_exp_row(const float* v, int64_t n, float m, bool capped,
+                                     float softcap) {
+  return capped ? sum_exp_loop<true>(v, n, m, softcap) : sum_exp_loop<false>(v, n, m, softcap);
 }
 
 struct GradRowArgs {
@@ -185,20 +240,19 @@ struct GradRowArgs {
 };
 
 // g_j = dloss/dz_j = (p_j - [j == target])·dy_j/dz_j for the row's own loss, rounded to E5M2
-// (after dividing by grad_scale) in FP8 mode. `z` and `g` may be the same array.
-// dy/dz = softcap/divisor·σ(1-σ), written as (e·σ)·σ: no cancellation when σ is near 1.
+// (after dividing by grad_scale) in FP8 mode, from a row as row_loss left it (e with the cap,
+// z without). `v` and `g` may be the same array.
 // The flags are template parameters so that each variant is one straight loop to vectorize.
 template <bool kCapped, bool kFp8>
-__attribute__((always_inline)) inline void grad_row_loop(const float* z, float* g, int64_t n,
+__attribute__((always_inline)) inline void grad_row_loop(const float* v, float* g, int64_t n,
                                                          int64_t target, const GradRowArgs a) {
   const float slope = a.softcap * a.inv_divisor;
   for (int64_t j = 0; j < n; ++j) {
-    float y = z[j];
+    const float y = logit_of<kCapped>(v[j], a.softcap);
     float dydz = 1.0f;
     if constexpr (kCapped) {
-      const float e = exp_approx(-(z[j] * a.inv_divisor));
+      const float e = v[j];
       const float sigma = 1.0f / (1.0f + e);
-      y = a.softcap * sigma;
       dydz = slope * (e * sigma) * sigma;
     }
     const float p = exp_approx(y - a.m) * a.inv_s;
@@ -208,18 +262,18 @@ __attribute__((always_inline)) inline void grad_row_loop(const float* z, float* 
   }
 }
 
-NANOGPT_ROW_KERNEL void grad_row(const float* z, float* g, int64_t n, int64_t target,
+NANOGPT_ROW_KERNEL void grad_row(const float* v, float* g, int64_t n, int64_t target,
                                  const GradRowArgs& args) {
   if (args.capped) {
     if (args.fp8) {
-      grad_row_loop<true, true>(z, g, n, target, args);
+      grad_row_loop<true, true>(v, g, n, target, args);
     } else {
-      grad_row_loop<true, false>(z, g, n, target, args);
+      grad_row_loop<true, false>(v, g, n, target, args);
     }
   } else if (args.fp8) {
-    grad_row_loop<false, true>(z, g, n, target, args);
+    grad_row_loop<false, true>(v, g, n, target, args);
   } else {
-    grad_row_loop<false, false>(z, g, n, target, args);
+    grad_row_loop<false, false>(v, g, n, target, args);
   }
 }
 
@@ -249,24 +303,63 @@ void parallel_rows(int64_t rows, Fn&& fn) {
   });
 }
 
-// ---- the fused sweep ----------------------------------------------------------------------
+// ---- one row, whole -----------------------------------------------------------------------
 
-// Per-row state of the online logsumexp over the vocabulary: lse = m + log(s).
-struct RowState {
-  std::vector<float> m;       // running max of y
-  std::vector<double> s;      // Σ exp(y - m)
-  std::vector<float> target;  // y at the target class
+struct RowLoss {
+  double loss;  // logsumexp(y) - y[target]
+  GradRowArgs grad;
 };
+
+// The loss of one row of logits z[0, V), turning the row into what grad_row reads (in place:
+// e = exp(-z/divisor) with the soft-cap, z left as is without). Both the fused calls and the
+// unfused one go through here, so all return the same losses.
+RowLoss row_loss(float* v, int64_t target, const Config& c) {
+  const int64_t n = c.V;
+  float m;
+  if (c.capped) {
+    exp_neg_scaled_row(v, n, c.inv_divisor);
+    // y = softcap/(1+e) falls as e rises, and rounding keeps that order: the largest y is the
+    // smallest e's. (A NaN is skipped here but reaches the sum, so the loss is NaN.)
+    m = logit_of<true>(min_row(v, n), c.softcap);
+  } else {
+    m = max_row(v, n);
+  }
+  double s = 0.0;
+  for (int64_t j0 = 0; j0 < n; j0 += kSumSegment) {
+    s += sum_exp_row(v + j0, std::min(kSumSegment, n - j0), m, c.capped, c.softcap);
+  }
+  const float y_target =
+      c.capped ? logit_of<true>(v[target], c.softcap) : logit_of<false>(v[target], c.softcap);
+  RowLoss r;
+  r.loss = static_cast<double>(m) + std::log(s) - static_cast<double>(y_target);
+  r.grad = GradRowArgs{c.capped, c.softcap,    c.inv_divisor,      m, static_cast<float>(1.0 / s),
+                       c.fp8,    c.grad_scale, 1.0f / c.grad_scale};
+  return r;
+}
+
+// ---- the fused head -------------------------------------------------------------------------
+
+// The workspace is over-allocated by one cache line and aligned by hand. With the aligned
+// operator new[] instead, fused_loss_bench saw the process's peak memory grow call after call
+// (37, 69, 133 MiB after 1, 5, 17 calls of T = 512, V = 8192: glibc does not reuse the freed
+// aligned block); plain new reuses the same pages (37 MiB after 40 calls).
+constexpr int64_t kAlignSlack = 16;  // floats, one 64-byte line
+
+float* align_to_line(float* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  return p + ((64 - address % 64) % 64) / sizeof(float);
+}
 
 class FusedHead {
  public:
-  FusedHead(const Config& c, const FusedLossParams& p) : c_(c), p_(p) {
-    tile_.resize(static_cast<size_t>(c.rows * c.cols));
-    state_.m.resize(static_cast<size_t>(c.rows));
-    state_.s.resize(static_cast<size_t>(c.rows));
-    state_.target.resize(static_cast<size_t>(c.rows));
-    weights_ = p.W;
-    if (c.fp8 && c.T > 0) {
+  FusedHead(const Config& c, const FusedLossParams& p)
+      : c_(c),
+        p_(p),
+        weights_(p.W),
+        // Uninitialized: the logits GEMM writes every element before anything reads it.
+        logits_storage_(new float[static_cast<size_t>(c.rows * c.ld + kAlignSlack)]),
+        loss_(static_cast<size_t>(c.rows)) {
+    if (c.fp8) {
       w_rounded_.resize(static_cast<size_t>(c.V * c.d));
       round_e4m3_matrix(p.W, w_rounded_.data(), c.V * c.d, c.w_scale);
       weights_ = w_rounded_.data();
@@ -274,22 +367,40 @@ class FusedHead {
     }
   }
 
-  // Runs the row blocks in order: the logsumexp sweep, then, if gradients are wanted, the
-  // gradient sweep. Returns Σ loss_t.
+  // Runs the row blocks in order: the block's logits, the rows' losses (and gradients, if
+  // wanted, in place of the logits), then dx and dW from them. Returns Σ loss_t.
   double run(float* per_token, float* dx, float* dW) {
+    const bool grads = dx != nullptr || dW != nullptr;
+    // [rows, ld]: the logits, then e (or z), then g. Rows start on cache lines (ld is a
+    // multiple of 16 floats).
+    float* const z = align_to_line(logits_storage_.get());
     double total = 0.0;
     for (int64_t r0 = 0; r0 < c_.T; r0 += c_.rows) {
       const int64_t rows = std::min(c_.rows, c_.T - r0);
       const float* xb = block_inputs(r0, rows);
-      logsumexp_sweep(xb, r0, rows);
+      matmul(p_.precision, Trans::kNo, Trans::kYes, rows, c_.V, c_.d, 1.0f, xb, c_.d, weights_,
+             c_.d, 0.0f, z, c_.ld);
+      parallel_rows(rows, [&](int64_t i) {
+        float* row = z + i * c_.ld;
+        const int64_t target = p_.targets[r0 + i];
+        const RowLoss r = row_loss(row, target, c_);
+        loss_[static_cast<size_t>(i)] = r.loss;
+        if (grads) grad_row(row, row, c_.V, target, r.grad);
+      });
       for (int64_t i = 0; i < rows; ++i) {
-        const auto k = static_cast<size_t>(i);
-        const double loss = static_cast<double>(state_.m[k]) + std::log(state_.s[k]) -
-                            static_cast<double>(state_.target[k]);
+        const double loss = loss_[static_cast<size_t>(i)];
         if (per_token != nullptr) per_token[r0 + i] = static_cast<float>(loss);
         total += loss;
       }
-      if (dx != nullptr || dW != nullptr) gradient_sweep(xb, r0, rows, dx, dW);
+      // loss_scale multiplies the fp32 products, after the gradient was rounded unscaled.
+      if (dx != nullptr) {
+        matmul(p_.precision, Trans::kNo, Trans::kNo, rows, c_.d, c_.V, c_.loss_scale, z, c_.ld,
+               weights_, c_.d, 0.0f, dx + r0 * c_.d, c_.d);
+      }
+      if (dW != nullptr) {
+        matmul(p_.precision, Trans::kYes, Trans::kNo, c_.V, c_.d, rows, c_.loss_scale, z, c_.ld, xb,
+               c_.d, 1.0f, dW, c_.d);
+      }
     }
     return total;
   }
@@ -303,65 +414,11 @@ class FusedHead {
     return x_rounded_.data();
   }
 
-  // z tile = x_block · W[c0 : c0+cols]ᵀ into tile_ (leading dimension cols).
-  void logits_tile(const float* xb, int64_t rows, int64_t c0, int64_t cols) {
-    matmul(p_.precision, Trans::kNo, Trans::kYes, rows, cols, c_.d, 1.0f, xb, c_.d,
-           weights_ + c0 * c_.d, c_.d, 0.0f, tile_.data(), cols);
-  }
-
-  void logsumexp_sweep(const float* xb, int64_t r0, int64_t rows) {
-    std::fill(state_.m.begin(), state_.m.end(), -std::numeric_limits<float>::infinity());
-    std::fill(state_.s.begin(), state_.s.end(), 0.0);
-    for (int64_t c0 = 0; c0 < c_.V; c0 += c_.cols) {
-      const int64_t cols = std::min(c_.cols, c_.V - c0);
-      logits_tile(xb, rows, c0, cols);
-      parallel_rows(rows, [&](int64_t i) {
-        const auto k = static_cast<size_t>(i);
-        float* y = tile_.data() + i * cols;
-        if (c_.capped) soft_cap_row(y, y, cols, c_.softcap, c_.inv_divisor);
-        const float chunk_max = max_row(y, cols);
-        if (chunk_max > state_.m[k]) {
-          // exp(-inf) = 0 clears the empty initial sum.
-          state_.s[k] *= std::exp(static_cast<double>(state_.m[k]) - chunk_max);
-          state_.m[k] = chunk_max;
-        }
-        state_.s[k] += sum_exp_row(y, cols, state_.m[k]);
-        const int64_t t = p_.targets[r0 + i] - c0;
-        if (t >= 0 && t < cols) state_.target[k] = y[t];
-      });
-    }
-  }
-
-  void gradient_sweep(const float* xb, int64_t r0, int64_t rows, float* dx, float* dW) {
-    std::vector<float> inv_s(static_cast<size_t>(rows));
-    for (size_t k = 0; k < inv_s.size(); ++k) inv_s[k] = static_cast<float>(1.0 / state_.s[k]);
-    for (int64_t c0 = 0; c0 < c_.V; c0 += c_.cols) {
-      const int64_t cols = std::min(c_.cols, c_.V - c0);
-      logits_tile(xb, rows, c0, cols);
-      parallel_rows(rows, [&](int64_t i) {
-        const auto k = static_cast<size_t>(i);
-        const GradRowArgs args{c_.capped, c_.softcap, c_.inv_divisor, state_.m[k],
-                               inv_s[k],  c_.fp8,     c_.grad_scale,  1.0f / c_.grad_scale};
-        float* g = tile_.data() + i * cols;
-        grad_row(g, g, cols, p_.targets[r0 + i] - c0, args);
-      });
-      // loss_scale multiplies the fp32 products, after the gradient was rounded unscaled.
-      if (dx != nullptr) {
-        matmul(p_.precision, Trans::kNo, Trans::kNo, rows, c_.d, cols, c_.loss_scale, tile_.data(),
-               cols, weights_ + c0 * c_.d, c_.d, c0 == 0 ? 0.0f : 1.0f, dx + r0 * c_.d, c_.d);
-      }
-      if (dW != nullptr) {
-        matmul(p_.precision, Trans::kYes, Trans::kNo, cols, c_.d, rows, c_.loss_scale, tile_.data(),
-               cols, xb, c_.d, 1.0f, dW + c0 * c_.d, c_.d);
-      }
-    }
-  }
-
   const Config& c_;
   const FusedLossParams& p_;
   const float* weights_;
-  std::vector<float> tile_;
-  RowState state_;
+  std::unique_ptr<float[]> logits_storage_;
+  std::vector<double> loss_;  // [rows]
   std::vector<float> w_rounded_, x_rounded_;
 };
 
@@ -415,22 +472,10 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
   std::vector<double> loss(static_cast<size_t>(c.T));
   parallel_rows(c.T, [&](int64_t t) {
     float* z = logits.get() + t * c.V;
-    float* y = grads ? grad.get() + t * c.V : z;
-    if (c.capped) {
-      soft_cap_row(z, y, c.V, c.softcap, c.inv_divisor);
-    } else if (y != z) {
-      std::copy(z, z + c.V, y);
-    }
-    const float m = max_row(y, c.V);
-    const double s = sum_exp_row(y, c.V, m);
     const int32_t target = p.targets[t];
-    loss[static_cast<size_t>(t)] = static_cast<double>(m) + std::log(s) - y[target];
-    if (grads) {
-      const GradRowArgs args{
-          c.capped, c.softcap,    c.inv_divisor,      m, static_cast<float>(1.0 / s),
-          c.fp8,    c.grad_scale, 1.0f / c.grad_scale};
-      grad_row(z, y, c.V, target, args);
-    }
+    const RowLoss r = row_loss(z, target, c);
+    loss[static_cast<size_t>(t)] = r.loss;
+    if (grads) grad_row(z, grad.get() + t * c.V, c.V, target, r.grad);
   });
   if (dx != nullptr) {
     matmul(p.precision, Trans::kNo, Trans::kNo, c.T, c.d, c.V, c.loss_scale, grad.get(), c.V, W,
@@ -459,15 +504,23 @@ void capped_logits(const FusedLossParams& p, float* out) {
   });
 }
 
+int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p) {
+  if (p.T <= 0 || p.V <= 0) return 0;
+  if (p.row_block > 0) return std::min(p.row_block, p.T);
+  const int64_t max_rows = std::max<int64_t>(
+      1, kMaxLogitsWorkspaceBytes / (workspace_ld(p.V) * static_cast<int64_t>(sizeof(float))));
+  // The fewest blocks that fit, of equal size (to a row): T = 512 with room for 166 rows is
+  // four blocks of 128, not three of 166 and one of 14.
+  const int64_t blocks = (p.T + max_rows - 1) / max_rows;
+  return (p.T + blocks - 1) / blocks;
+}
+
 size_t fused_linear_cross_entropy_workspace_bytes(const FusedLossParams& p) {
   if (p.T <= 0 || p.d <= 0 || p.V <= 0) return 0;
-  const int64_t rows =
-      std::max<int64_t>(1, std::min(p.row_block > 0 ? p.row_block : kDefaultRowBlock, p.T));
-  const int64_t cols = std::min(p.vocab_chunk > 0 ? p.vocab_chunk : kDefaultVocabChunk, p.V);
-  int64_t floats = rows * cols + rows;  // the tile and inv_s
-  int64_t bytes = rows * static_cast<int64_t>(sizeof(float) + sizeof(double) + sizeof(float));
-  if (p.fp8) floats += p.V * p.d + rows * p.d;
-  bytes += floats * static_cast<int64_t>(sizeof(float));
+  const int64_t rows = fused_linear_cross_entropy_row_block(p);
+  int64_t bytes = (rows * workspace_ld(p.V) + kAlignSlack) * static_cast<int64_t>(sizeof(float)) +
+                  rows * static_cast<int64_t>(sizeof(double));  // the rows' losses
+  if (p.fp8) bytes += (p.V * p.d + rows * p.d) * static_cast<int64_t>(sizeof(float));
   return static_cast<size_t>(bytes);
 }
 

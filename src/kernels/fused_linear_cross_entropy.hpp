@@ -2,22 +2,33 @@
 // (y = softcap·σ(z / divisor)) and the cross-entropy over all V classes.
 //
 // The unfused head materializes T×V logits and as much again for their gradient (3.3 GB each
-// for the speedrun's T = 16384, V = 50304). Here the vocabulary is swept in tiles of
-// row_block × vocab_chunk logits: the forward keeps an online max and sum of exponentials per
-// row and gathers the target's logit; the backward repeats that sweep for a row block, then
-// sweeps again, recomputing each tile's logits to form g = dL/dz and accumulate dx (g·W) and
-// dW (gᵀ·x) with the GEMM. Logits are never stored beyond one tile.
+// for the speedrun's T = 16384, V = 50304). Here the rows are taken in blocks of row_block, and
+// a block's logits over the WHOLE vocabulary are computed once, with one GEMM, into a workspace
+// of row_block × V floats (rows padded to ld ≥ V, see below). Each row of it is then worked on in
+// place by one thread: the soft-cap (the row keeps e = exp(-z/divisor), from which σ, y and dy/dz
+// all follow), the max and Σ exp(y - max), the loss, and, in the backward, g = dL/dz. The backward
+// then finishes the block with two GEMMs on the workspace: dx_block = g·W and dW += gᵀ·x_block. So
+// a training step multiplies T×V×d three times (logits, dx, dW) and computes no logit twice. The
+// forward runs the same blocks and rows without the gradient, so the two return the same losses bit
+// for bit.
+//
+// row_block is chosen so the workspace stays under kMaxLogitsWorkspaceBytes (and the blocks
+// have equal sizes), unless FusedLossParams::row_block forces it: memory never grows with T.
 //
 // Memory a call allocates (fused_linear_cross_entropy_workspace_bytes counts it):
-//   one logits tile, row_block × vocab_chunk floats, and 20 bytes of row state per row of a block;
-//   with fp8, the rounded W once per call (V×d floats; rounding per tile instead would redo it
-//   for every row block) and the rounded rows of one block (row_block × d floats);
-//   plus the GEMM's packing buffers (under 1 MB per thread).
-// So O(V·d + row_block·(vocab_chunk + d)), and nothing of size T×V.
+//   the logits workspace, row_block × ld floats (ld: V rounded up to an odd number of 64-byte
+//   lines, so that reading it down a column does not hit a few cache sets only) and 64 bytes
+//   to align it, and 8 bytes of loss per row of a block;
+//   with fp8, the rounded W once per call (V×d floats; rounding per block instead would redo it
+//   for every row block) and the rounded rows of one block (row_block × d floats).
+// Not counted: the GEMM's packing buffers, which it keeps per calling thread for later calls:
+// a packed copy of a product's whole A operand, for dx and dW the block's g (as large as the
+// workspace), and at most ~4 MiB of packed B.
+// So O(V·d + row_block·(V + d)), and nothing of size T×V unless T <= row_block.
 //
-// Determinism: row blocks and vocabulary chunks are visited in a fixed order, the GEMM splits
-// work over output tiles only, and the elementwise work is split over rows, each row done
-// whole by one thread; the results are bitwise identical for any thread count.
+// Determinism: row blocks are visited in a fixed order, the GEMM splits work over output tiles
+// only, and the elementwise work is split over rows, each row done whole by one thread; the
+// results are bitwise identical for any thread count.
 #pragma once
 
 #include <cstddef>
@@ -45,14 +56,26 @@ struct FusedLossParams {
   // bf16: the three products take bf16-rounded operands (fp32 accumulation); the soft-cap,
   // softmax statistics and loss stay fp32.
   Precision precision = Precision::kFp32;
-  // Tile shape; 0 picks the defaults (kDefaultRowBlock × kDefaultVocabChunk).
-  int64_t row_block = 0, vocab_chunk = 0;
+  // Rows whose logits are held at once; 0 picks them from kMaxLogitsWorkspaceBytes. Tests set
+  // small values to get several blocks and a ragged last one.
+  int64_t row_block = 0;
 };
 
-// A 512 × 1024 tile is 2 MB of logits, the L2 of one core here; larger row blocks re-read W
-// and dW (V×d each) fewer times, which matters more than the tile once the GEMM is fast.
-inline constexpr int64_t kDefaultRowBlock = 512;
-inline constexpr int64_t kDefaultVocabChunk = 1024;
+// The bound on the logits workspace (row_block × ld floats) when row_block is left at 0. Rows
+// per block are what the speed depends on: every block packs W (V×d) twice for the GEMM (the
+// logits' and dx's operand) and reads and writes dW once, whatever its height, so short blocks
+// spend their time moving W and dW. At V = 50304, d = 768, T = 2048 (fused_loss_bench, 2
+// threads) a call took 3.9 s with blocks of 158 rows (a 32 MiB bound), 2.9 s with 256, 2.5 s
+// with 512 and 2.2 s with 1024; the old two-sweep head took 2.8 s. 128 MiB holds 666 rows of
+// V = 50304 (the speedrun's T = 16384 is 25 blocks of 656) and 4088 rows of V = 8192 (the cpu
+// preset's T = 512 is one block of 16 MiB). It does not grow with T, and it is small beside
+// the activations of a T large enough to need several blocks. The GEMM keeps a packed copy of
+// g as large again (see the top of the file).
+inline constexpr int64_t kMaxLogitsWorkspaceBytes = int64_t{128} << 20;
+
+// The rows per block a call with these parameters uses: p.row_block if set (at most T), else
+// the fewest blocks whose workspace fits kMaxLogitsWorkspaceBytes, split evenly. 0 if T <= 0.
+int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p);
 
 // Σ_t loss_t in double; per_token (nullable) receives each loss_t.
 double fused_linear_cross_entropy_forward(const FusedLossParams& p, float* per_token);
@@ -69,7 +92,9 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
 // the reference model evaluates without FP8, so samplers should leave it off. Targets unused.
 void capped_logits(const FusedLossParams& p, float* out);
 
-// Bytes the fused calls allocate besides the GEMM's packing buffers (see the top of the file).
+// Bytes the fused calls allocate besides the GEMM's packing buffers (see the top of the file):
+// row_block × (ld floats of logits + one double of loss) + 64, plus with fp8 V×d +
+// row_block×d floats.
 size_t fused_linear_cross_entropy_workspace_bytes(const FusedLossParams& p);
 
 }  // namespace nanogpt

@@ -34,7 +34,6 @@ FlopCount& FlopCount::operator+=(const FlopCount& o) {
   attention_bwd_recompute += o.attention_bwd_recompute;
   lm_head_fwd += o.lm_head_fwd;
   lm_head_bwd += o.lm_head_bwd;
-  lm_head_bwd_recompute += o.lm_head_bwd_recompute;
   newton_schulz += o.newton_schulz;
   return *this;
 }
@@ -42,8 +41,7 @@ FlopCount& FlopCount::operator+=(const FlopCount& o) {
 FlopCount FlopCount::scaled(double f) const {
   FlopCount c = *this;
   for (double* v : {&c.linear_fwd, &c.linear_bwd, &c.attention_fwd, &c.attention_bwd,
-                    &c.attention_bwd_recompute, &c.lm_head_fwd, &c.lm_head_bwd,
-                    &c.lm_head_bwd_recompute, &c.newton_schulz}) {
+                    &c.attention_bwd_recompute, &c.lm_head_fwd, &c.lm_head_bwd, &c.newton_schulz}) {
     *v *= f;
   }
   return c;
@@ -58,7 +56,6 @@ nlohmann::ordered_json FlopCount::to_json() const {
   j["attention_bwd_recompute"] = attention_bwd_recompute;
   j["lm_head_fwd"] = lm_head_fwd;
   j["lm_head_bwd"] = lm_head_bwd;
-  j["lm_head_bwd_recompute"] = lm_head_bwd_recompute;
   j["newton_schulz"] = newton_schulz;
   return j;
 }
@@ -117,7 +114,6 @@ FlopCount sequence_flops(const Config& c, int64_t T, int64_t window_blocks, bool
   if (backward) {
     f.linear_bwd = 2 * f.linear_fwd;
     f.lm_head_bwd = 2 * head;
-    f.lm_head_bwd_recompute = head;
   }
   return f;
 }

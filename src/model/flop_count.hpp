@@ -15,10 +15,9 @@
 //                  what our backward does on top, having kept no T×T scores: pass A (dK, dV)
 //                  recomputes S = QKᵀ, pass B (dQ) recomputes S and dP: 6·head_dim·num_heads
 //                  per pair
-//   lm_head_fwd    the logits, 2·T·Vp·d (the fused loss's log-sum-exp sweep)
+//   lm_head_fwd    the logits, 2·T·Vp·d (in training the fused loss's backward computes them,
+//                  once: it keeps a row block's logits and forms the gradient from them)
 //   lm_head_bwd    dx = G·W and dW = Gᵀ·x: 4·T·Vp·d
-//   lm_head_bwd_recompute
-//                  the fused loss's gradient sweep recomputes the logits: 2·T·Vp·d
 // and per optimizer step
 //   newton_schulz  Muon's orthogonalisation of every matrix (qkv_w as three), as
 //                  src/optim/newton_schulz.cpp multiplies: per iteration the Gram matrix and
@@ -41,7 +40,7 @@ namespace nanogpt {
 struct FlopCount {
   double linear_fwd = 0, linear_bwd = 0;
   double attention_fwd = 0, attention_bwd = 0, attention_bwd_recompute = 0;
-  double lm_head_fwd = 0, lm_head_bwd = 0, lm_head_bwd_recompute = 0;
+  double lm_head_fwd = 0, lm_head_bwd = 0;
   double newton_schulz = 0;
 
   double forward() const { return linear_fwd + attention_fwd + lm_head_fwd; }
@@ -49,9 +48,7 @@ struct FlopCount {
   // (≈ 3 × forward), comparable with other implementations.
   double model() const { return forward() + linear_bwd + attention_bwd + lm_head_bwd; }
   // Everything our step multiplies out, recomputation and Newton–Schulz included.
-  double total() const {
-    return model() + attention_bwd_recompute + lm_head_bwd_recompute + newton_schulz;
-  }
+  double total() const { return model() + attention_bwd_recompute + newton_schulz; }
   FlopCount& operator+=(const FlopCount& o);
   FlopCount scaled(double factor) const;
   nlohmann::ordered_json to_json() const;
