@@ -59,7 +59,9 @@ std::vector<GemmBlocking> blocking_candidates(const MicroKernel& kernel, int64_t
     if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
   };
   const GemmBlocking d = out.front();
-  for (int64_t kc : {int64_t{256}, int64_t{512}, int64_t{0}}) {
+  // Shallow kc keeps a B micro-panel (kc·nr floats) and the A micro-panel streaming past it
+  // within L1 (48 KiB here: kc = 256 fills 40 KiB of it); deep kc re-reads C less often.
+  for (int64_t kc : {int64_t{128}, int64_t{192}, int64_t{256}, int64_t{512}, int64_t{0}}) {
     add({d.mc, d.nc, kc});
     add({d.mc * 2, d.nc / 2, kc});
     add({d.mc / 2, d.nc * 2, kc});
