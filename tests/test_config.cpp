@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include "kernels/gemm/isa.hpp"
+#include "kernels/gemm/microkernel.hpp"
 #include "model/config.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "test_support.hpp"
@@ -61,9 +63,13 @@ TEST(Config, SetOverridesAndRoundTripsThroughJson) {
 TEST(Config, PrecisionIsAutoByDefaultAndResolvesFromTheCpu) {
   Config c = preset("cpu");
   EXPECT_EQ(c.precision, "auto");
-  // auto is bf16 exactly when the GEMMs may run on AMX.
-  EXPECT_EQ(resolved_precision(c),
-            isa_cap() >= IsaLevel::kAmx ? Precision::kBf16 : Precision::kFp32);
+  // auto is bf16 exactly when the bf16 GEMM multiplies bf16 natively (AMX, or AVX512-BF16
+  // where it beat the FMA kernel), and never without BF16 instructions.
+  const MicroKernel& bf16_kernel = active_bf16_microkernel();
+  EXPECT_EQ(resolved_precision(c), bf16_kernel.bf16_products ? Precision::kBf16 : Precision::kFp32);
+  if (!cpu_info().avx512_bf16 && !cpu_info().amx_bf16) {
+    EXPECT_EQ(resolved_precision(c), Precision::kFp32);
+  }
   set_config_value(c, "precision=fp32");
   EXPECT_EQ(resolved_precision(c), Precision::kFp32);
   set_config_value(c, "precision=\"bf16\"");  // JSON spelling works too

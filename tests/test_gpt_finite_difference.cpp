@@ -52,7 +52,7 @@ TEST(GptFiniteDifference, Float64GradientsMatchCentralDifferences) {
   randomize(model, 11);
   model.zero_grads();
   model.forward_backward(in, tg, W, 1.0f / static_cast<float>(T));
-  const std::vector<double> grads = model.grads();
+  const AlignedVector<double> grads = model.grads();
   auto loss = [&] { return model.forward_loss(in, tg, W) / static_cast<double>(T); };
 
   Rng pick(5);

@@ -127,7 +127,7 @@ TEST(GptGolden, GradientsAccumulateAcrossCalls) {
   g.load_params(model);
   model.zero_grads();
   model.forward_backward(g.inputs, g.targets, g.window, 0.5f);
-  std::vector<float> once = model.grads();
+  const AlignedVector<float> once = model.grads();
   model.forward_backward(g.inputs, g.targets, g.window, 0.5f);
   for (size_t i = 0; i < once.size(); i += 97)
     EXPECT_NEAR(model.grads()[i], 2 * once[i], 1e-6 + 1e-5 * std::abs(once[i]));

@@ -3,6 +3,8 @@
 // ran which matrix.
 #include <gtest/gtest.h>
 
+#include <span>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -36,7 +38,7 @@ Snapshot run_steps(const Config& c, ParameterSet params, int threads) {
     opt.step(params, grads, step);
   }
   Snapshot s;
-  s.params = params.values();
+  s.params.assign(params.values().begin(), params.values().end());
   for (const auto& t : opt.state_tensors()) {
     s.state_names.push_back(t.name);
     s.state.push_back(*t.data);
@@ -44,7 +46,7 @@ Snapshot run_steps(const Config& c, ParameterSet params, int threads) {
   return s;
 }
 
-size_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+size_t differing(std::span<const float> a, std::span<const float> b) {
   EXPECT_EQ(a.size(), b.size());
   size_t n = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {

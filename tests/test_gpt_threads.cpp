@@ -15,7 +15,7 @@ namespace {
 
 struct StepResult {
   double loss = 0;
-  std::vector<float> grads;
+  AlignedVector<float> grads;
 };
 
 StepResult run_step(const Config& c, int threads) {

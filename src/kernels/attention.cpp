@@ -14,6 +14,7 @@
 
 #include "kernels/attention_internal.hpp"
 #include "kernels/gemm/microkernel.hpp"
+#include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -305,28 +306,6 @@ void visited_counts(const AttentionParams& p, int64_t nt, std::vector<int64_t>& 
   }
 }
 
-// A 64-byte-aligned scratch buffer: packed panels are read a tile row (64 bytes) at a time.
-class Buffer {
- public:
-  // Grows to at least `bytes`, keeping nothing. zero_new: fill a new allocation with zeros.
-  void resize(size_t bytes, bool zero_new = false) {
-    if (bytes > capacity_) {
-      ptr_.reset(static_cast<std::byte*>(::operator new (bytes, std::align_val_t{64})));
-      if (zero_new) std::memset(ptr_.get(), 0, bytes);
-      capacity_ = bytes;
-    }
-  }
-  std::byte* data() const { return ptr_.get(); }
-  float* floats() const { return reinterpret_cast<float*>(ptr_.get()); }
-
- private:
-  struct Free {
-    void operator()(std::byte* p) const { ::operator delete (p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<std::byte, Free> ptr_;
-  size_t capacity_ = 0;
-};
-
 // The shapes of packed operand blocks, each one tile of 64 tokens. A blocks are 64 rows by the
 // head dimension as k (K, Q, dO as the left side of K·Qᵀ, Q·Kᵀ, dO·Vᵀ) or by 64 tokens as k
 // (P, Pᵀ, dS, dSᵀ); B blocks are 64 columns by the head dimension as k (Q, K, V as the right
@@ -465,8 +444,8 @@ int64_t heads_per_group(int64_t bytes_per_head, int64_t H) {
 // The calling thread's buffer for packed operands, kept across calls (as the GEMM driver keeps
 // its own) so that each call does not fault its pages in again.
 std::byte* packing_workspace(int64_t bytes) {
-  thread_local Buffer buf;
-  buf.resize(static_cast<size_t>(bytes));
+  thread_local AlignedBuffer buf;
+  buf.reserve(static_cast<size_t>(bytes));
   return buf.data();
 }
 
@@ -522,7 +501,7 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
 
   ThreadPool& pool = ThreadPool::current();
   struct Scratch {
-    Buffer q, p, s, o;
+    AlignedBuffer q, p, s, o;
     float m[kBq], l[kBq], alpha[kBq];
     int32_t lo[kBq], hi[kBq];
   };
@@ -555,10 +534,10 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
       const int64_t h = tasks[index].h, q0 = tasks[index].tile * kBq;
       const int64_t nq = std::min(kBq, T - q0);
       Scratch& w = scratch[static_cast<size_t>(worker)];
-      w.q.resize(static_cast<size_t>(g.bytes(Block::kTileByD)));
-      w.p.resize(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
-      w.s.resize(static_cast<size_t>(rows * kBq) * sizeof(float), /*zero_new=*/true);
-      w.o.resize(static_cast<size_t>(rows * dn) * sizeof(float));
+      w.q.reserve(static_cast<size_t>(g.bytes(Block::kTileByD)));
+      w.p.reserve(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
+      w.s.reserve(static_cast<size_t>(rows * kBq) * sizeof(float), /*zero_new=*/true);
+      w.o.reserve(static_cast<size_t>(rows * dn) * sizeof(float));
       float* s = w.s.floats();
       float* o = w.o.floats();
       std::fill(o, o + rows * dn, 0.0f);
@@ -619,7 +598,7 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   const bool bf16_operands = p.precision == Precision::kBf16;
   ThreadPool& pool = ThreadPool::current();
   struct Scratch {
-    Buffer a, s, dp, acc0, acc1;
+    AlignedBuffer a, s, dp, acc0, acc1;
   };
   std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
   const int64_t head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kTileByD) +
@@ -670,11 +649,11 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       const Task& task = tasks[index];
       const int64_t h = task.h;
       Scratch& w = scratch[static_cast<size_t>(worker)];
-      w.a.resize(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
-      w.s.resize(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
-      w.dp.resize(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
-      w.acc0.resize(static_cast<size_t>(rows * dn) * sizeof(float));
-      w.acc1.resize(static_cast<size_t>(rows * dn) * sizeof(float));
+      w.a.reserve(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
+      w.s.reserve(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
+      w.dp.reserve(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
+      w.acc0.reserve(static_cast<size_t>(rows * dn) * sizeof(float));
+      w.acc1.reserve(static_cast<size_t>(rows * dn) * sizeof(float));
       float *s = w.s.floats(), *dp = w.dp.floats(), *acc0 = w.acc0.floats(),
             *acc1 = w.acc1.floats();
       std::fill(acc0, acc0 + rows * dn, 0.0f);

@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "kernels/gemm/isa.hpp"
+#include "kernels/gemm/microkernel.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 
@@ -41,6 +42,7 @@ const std::vector<Field>& fields() {
       {"block_size", &Config::block_size},
       {"max_window_tokens", &Config::max_window_tokens},
       {"align_to_eot", &Config::align_to_eot},
+      {"micro_batch_tokens", &Config::micro_batch_tokens},
       {"num_iterations", &Config::num_iterations},
       {"cooldown_frac", &Config::cooldown_frac},
       {"val_loss_every", &Config::val_loss_every},
@@ -108,6 +110,10 @@ void assign_from_json(Config& c, const Field& f, const nlohmann::json& v) {
 }
 
 }  // namespace
+
+int64_t Config::sequences_per_pass(int64_t seq_len) const {
+  return std::max<int64_t>(1, micro_batch_tokens / std::max<int64_t>(seq_len, 1));
+}
 
 bool Config::has_attention(int64_t layer) const {
   return std::find(attn_free_layers.begin(), attn_free_layers.end(), layer) ==
@@ -275,6 +281,8 @@ void validate_config(const Config& c) {
          "must be a positive multiple of val_seq_len (" + std::to_string(c.val_seq_len) + ")");
   }
   if (c.max_window_tokens < 1) fail("max_window_tokens", "must be positive");
+  if (c.micro_batch_tokens < 1)
+    fail("micro_batch_tokens", "must be positive (passes hold at least one whole sequence)");
   if (c.num_iterations < 1) fail("num_iterations", "must be at least 1");
   if (!(c.cooldown_frac >= 0 && c.cooldown_frac <= 1)) fail("cooldown_frac", "must be in [0, 1]");
   if (c.val_loss_every < 0) fail("val_loss_every", "must be >= 0 (0: only at the end)");
@@ -301,10 +309,11 @@ void validate_config(const Config& c) {
 Precision resolved_precision(const Config& c) {
   if (c.precision == "fp32") return Precision::kFp32;
   if (c.precision == "bf16") return Precision::kBf16;
-  // auto: bf16 where it is faster. Only AMX multiplies bf16 faster than the fp32 FMA units;
-  // without it the bf16 GEMM runs at the fp32 rate at best (microkernel_dispatch.cpp), plus
-  // the rounding, for less precision.
-  return isa_cap() >= IsaLevel::kAmx ? Precision::kBf16 : Precision::kFp32;
+  // auto: bf16 where it is faster, which is where the bf16 GEMM multiplies bf16 natively: AMX,
+  // or VDPBF16PS where the autotuner measured it faster than the FMA units (AMD Zen 4: twice
+  // as fast). Where it chose the FMA kernel on rounded operands (some Xeons without AMX:
+  // VDPBF16PS at half the FMA rate), bf16 would only add rounding (microkernel_dispatch.cpp).
+  return active_bf16_microkernel().bf16_products ? Precision::kBf16 : Precision::kFp32;
 }
 
 const char* precision_name(Precision p) {

@@ -27,8 +27,8 @@ struct Config {
   double logit_softcap = 30.0;
   // Arithmetic of the matrix products: "fp32", "bf16" (bf16 operands into the GEMMs, attention
   // and the head, fp32 accumulation; fp32 master weights, optimizer state, norms, softmax
-  // statistics and loss), or "auto": bf16 where the GEMMs run on AMX (NANOGPT_ISA allowing),
-  // else fp32: without AMX bf16 products are no faster than fp32 ones (resolved_precision).
+  // statistics and loss), or "auto": bf16 where this CPU multiplies bf16 faster than fp32
+  // (AMX, or AVX512-BF16 where it beats the FMA units), else fp32 (resolved_precision).
   std::string precision = "auto";
 
   // Data and batches.
@@ -39,6 +39,11 @@ struct Config {
   int64_t block_size = 128;          // attention mask granularity
   int64_t max_window_tokens = 1728;  // window schedule's end point, in tokens
   bool align_to_eot = false;         // start every training sequence at a document
+  // Tokens per forward/backward pass: a step's sequences are batched, whole, up to this many
+  // (at least one sequence per pass), so every product is that many rows tall. More rows use
+  // the matrix units better and pack each weight fewer times; activation memory grows with it
+  // (about 19·model_dim·num_layers floats per token).
+  int64_t micro_batch_tokens = 8192;
 
   // Schedule.
   int64_t num_iterations = 1770;
@@ -62,6 +67,8 @@ struct Config {
 
   int64_t vocab_padded() const { return (vocab_size + 127) / 128 * 128; }
   int64_t grad_accum_steps() const { return tokens_per_step / train_seq_len; }
+  // Whole sequences of `seq_len` per forward/backward pass under micro_batch_tokens.
+  int64_t sequences_per_pass(int64_t seq_len) const;
   bool has_attention(int64_t layer) const;
   // The seed's long/short window pattern.
   bool is_long_window(int64_t layer) const;

@@ -20,8 +20,8 @@ std::string block_name(int64_t i, const char* suffix) {
   return "blocks." + std::to_string(i) + "." + suffix;
 }
 
-template <class T>
-void resize(std::vector<T>& v, int64_t n) {
+template <class V>
+void resize(V& v, int64_t n) {
   v.resize(static_cast<size_t>(n));
 }
 
@@ -148,10 +148,10 @@ int64_t GptT<Real>::layer_window(int64_t layer, int64_t window_blocks) const {
 }
 
 template <class Real>
-void GptT<Real>::ensure_capacity(int64_t T) {
+void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
   const int64_t d = config_.model_dim, HD = config_.num_heads * config_.head_dim;
   const int64_t H = config_.num_heads;
-  if (rotary_.max_positions() < T) rotary_ = RotaryTableT<Real>(T, config_.head_dim);
+  if (rotary_.max_positions() < seq_len) rotary_ = RotaryTableT<Real>(seq_len, config_.head_dim);
   resize(tokens_, T);
   resize(doc_, T);
   resize(x0_, T * d);
@@ -210,23 +210,37 @@ AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blo
 }
 
 template <class Real>
-void GptT<Real>::compute_doc_ids(std::span<const int32_t> inputs) {
-  // An EOT token belongs to the document it starts.
+void GptT<Real>::compute_doc_ids(std::span<const int32_t> inputs, int64_t seq_len) {
+  // An EOT token belongs to the document it starts; so does a sequence's first token, which
+  // keeps the sequences of a batch from seeing each other.
   int32_t doc = 0;
   for (size_t t = 0; t < inputs.size(); ++t) {
-    if (inputs[t] == config_.eot_id) ++doc;
+    if (inputs[t] == config_.eot_id || static_cast<int64_t>(t) % seq_len == 0) ++doc;
     doc_[t] = doc;
   }
 }
 
 template <class Real>
-void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks) {
+void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len) {
   const int64_t T = static_cast<int64_t>(inputs.size());
   const int64_t d = config_.model_dim, H = config_.num_heads, D = config_.head_dim;
   const int64_t HD = H * D, L = config_.num_layers, n = L / 2, V = config_.vocab_size;
   if (T == 0) throw InputError("cannot run the model on an empty sequence");
-  ensure_capacity(T);
+  if (seq_len == 0) seq_len = T;
+  if (seq_len < 0 || T % seq_len != 0) {
+    throw InputError("a batch of " + std::to_string(T) + " tokens is not a whole number of " +
+                     std::to_string(seq_len) + "-token sequences");
+  }
+  if (seq_len != T && seq_len % config_.block_size != 0) {
+    throw InputError("batched sequences of " + std::to_string(seq_len) +
+                     " tokens: the length must be a multiple of block_size (" +
+                     std::to_string(config_.block_size) +
+                     ") so the window mask restarts with "
+                     "each sequence; run them one at a time instead");
+  }
+  ensure_capacity(T, seq_len);
   T_ = T;
+  seq_len_ = seq_len;
   window_blocks_ = window_blocks;
   for (int64_t t = 0; t < T; ++t) {
     if (inputs[t] < 0 || inputs[t] >= V) {
@@ -236,7 +250,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
     }
     tokens_[t] = inputs[t];
   }
-  compute_doc_ids(inputs);
+  compute_doc_ids(inputs, seq_len);
 
   Real* base = params_.values().data();
   const Real* embed = params_.data("embed.weight");
@@ -280,7 +294,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks)
           Real* out = &A.qkv[t * 3 * HD];
           // q and k: 2H heads of D, normalised per head, then rotated.
           rmsnorm_forward(raw, D, out, D, &A.rstd_qk[t * 2 * H], 2 * H, D);
-          rotary_.apply(out, 2 * H, t);
+          rotary_.apply(out, 2 * H, t % seq_len);
           const Real* vrow = ve == nullptr ? nullptr : ve + tokens_[t] * d;
           for (int64_t e = 0; e < HD; ++e) {
             out[2 * HD + e] = la0 * raw[2 * HD + e] + (vrow != nullptr ? la1 * vrow[e] : Real(0));
@@ -347,9 +361,9 @@ void check_targets(std::span<const int32_t> targets, int64_t T, int64_t V) {
 
 template <class Real>
 double GptT<Real>::forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
-                                int64_t window_blocks, Real* per_token) {
+                                int64_t window_blocks, Real* per_token, int64_t seq_len) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
-  forward(inputs, window_blocks);
+  forward(inputs, window_blocks, seq_len);
   LossArgs<Real> p =
       loss_params(config_, final_norm_.data(), params_.data("lm_head.weight"), targets.data(), T_);
   return model_loss_forward(p, per_token);
@@ -358,9 +372,9 @@ double GptT<Real>::forward_loss(std::span<const int32_t> inputs, std::span<const
 template <class Real>
 double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                                     std::span<const int32_t> targets, int64_t window_blocks,
-                                    float loss_scale) {
+                                    float loss_scale, int64_t seq_len) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
-  forward(inputs, window_blocks);
+  forward(inputs, window_blocks, seq_len);
   const int64_t T = T_;
   const int64_t d = config_.model_dim, H = config_.num_heads, D = config_.head_dim;
   const int64_t HD = H * D, L = config_.num_layers, n = L / 2;
@@ -457,10 +471,10 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
           }
           // q, k: undo the rotation on the gradient, then the per-head norm. dtmp_ holds
           // each token's normalised q, k before RoPE.
-          rotary_.apply_inverse(drow, 2 * H, t);
+          rotary_.apply_inverse(drow, 2 * H, t % seq_len_);
           Real* y = &dtmp_[t * 2 * HD];
           std::memcpy(y, &A.qkv[t * 3 * HD], 2 * HD * sizeof(Real));
-          rotary_.apply_inverse(y, 2 * H, t);
+          rotary_.apply_inverse(y, 2 * H, t % seq_len_);
           rmsnorm_backward(y, D, &A.rstd_qk[t * 2 * H], drow, D, drow, D, 2 * H, D, false);
         }
         dla[static_cast<size_t>(b)] = {dla0, dla1};

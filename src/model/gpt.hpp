@@ -23,6 +23,7 @@
 #include "model/config.hpp"
 #include "model/model_kernels.hpp"
 #include "model/parameters.hpp"
+#include "runtime/aligned_memory.hpp"
 
 namespace nanogpt {
 
@@ -37,8 +38,8 @@ class GptT {
   Precision precision() const { return precision_; }
   ParameterSetT<Real>& params() { return params_; }
   const ParameterSetT<Real>& params() const { return params_; }
-  std::vector<Real>& grads() { return grads_; }
-  const std::vector<Real>& grads() const { return grads_; }
+  AlignedVector<Real>& grads() { return grads_; }
+  const AlignedVector<Real>& grads() const { return grads_; }
   void zero_grads();
 
   // The seed's initialisation: linear weights uniform ±√3·0.5·fan_in^-½; attn.c_proj,
@@ -46,19 +47,24 @@ class GptT {
   // skip weights 1.
   void init_parameters(uint64_t seed);
 
-  // One sequence: forward, loss, backward. Gradients of loss_scale·Σ_t loss_t are ADDED to
-  // grads() (so several sequences accumulate). `window_blocks` is the long-layer window W;
-  // short layers use max(1, W/2). Returns Σ_t loss_t.
+  // A batch of B independent sequences of seq_len tokens each, laid end to end in inputs
+  // (seq_len = 0: the whole input is one sequence): forward, loss, backward. No token attends
+  // across a sequence boundary and positions restart at each sequence, so the result is the
+  // sum of the B sequences run one by one, with every product B times taller. Batching more
+  // than one sequence needs seq_len to be a multiple of block_size (the window mask's blocks
+  // then line up with each sequence). Gradients of loss_scale·Σ_t loss_t are ADDED to
+  // grads() (so batches accumulate). `window_blocks` is the long-layer window W; short layers
+  // use max(1, W/2). Returns Σ_t loss_t.
   double forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets,
-                          int64_t window_blocks, float loss_scale);
+                          int64_t window_blocks, float loss_scale, int64_t seq_len = 0);
   // Forward only. per_token (nullable) receives each position's loss. Returns Σ_t loss_t.
   double forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
-                      int64_t window_blocks, Real* per_token = nullptr);
+                      int64_t window_blocks, Real* per_token = nullptr, int64_t seq_len = 0);
 
   // Intermediate activations of the last forward, for tests against the reference.
-  const std::vector<Real>& x0() const { return x0_; }
-  const std::vector<Real>& block_output(int64_t layer) const { return layers_[layer].x_out; }
-  const std::vector<Real>& final_norm() const { return final_norm_; }
+  const AlignedVector<Real>& x0() const { return x0_; }
+  const AlignedVector<Real>& block_output(int64_t layer) const { return layers_[layer].x_out; }
+  const AlignedVector<Real>& final_norm() const { return final_norm_; }
 
   int64_t layer_window(int64_t layer, int64_t window_blocks) const;
 
@@ -68,44 +74,45 @@ class GptT {
     Real *c_fc = nullptr, *mlp_proj = nullptr, *lambdas = nullptr;
   };
   struct LayerActivations {
-    std::vector<Real> x_in;      // [T, d] block input (after the skip)
-    std::vector<Real> x_mix;     // [T, d] λ0·x_in + λ1·x0
-    std::vector<Real> norm1;     // [T, d] rmsnorm(x_mix)
-    std::vector<Real> rstd1;     // [T]
-    std::vector<Real> qkv_raw;   // [T, 3·H·D] qkv_w · norm1
-    std::vector<Real> rstd_qk;   // [T, 2·H] per-head norms of q and k
-    std::vector<Real> qkv;       // [T, 3·H·D] attention inputs: rope'd q, k; mixed v
-    std::vector<Real> attn_out;  // [T, H·D]
-    std::vector<Real> lse;       // [H, T]
-    std::vector<Real> x_attn;    // [T, d] after the attention residual
-    std::vector<Real> norm2;     // [T, d]
-    std::vector<Real> rstd2;     // [T]
-    std::vector<Real> h_pre;     // [T, 4d] c_fc · norm2
-    std::vector<Real> h;         // [T, 4d] relu²(h_pre)
-    std::vector<Real> x_out;     // [T, d] block output
+    AlignedVector<Real> x_in;      // [T, d] block input (after the skip)
+    AlignedVector<Real> x_mix;     // [T, d] λ0·x_in + λ1·x0
+    AlignedVector<Real> norm1;     // [T, d] rmsnorm(x_mix)
+    AlignedVector<Real> rstd1;     // [T]
+    AlignedVector<Real> qkv_raw;   // [T, 3·H·D] qkv_w · norm1
+    AlignedVector<Real> rstd_qk;   // [T, 2·H] per-head norms of q and k
+    AlignedVector<Real> qkv;       // [T, 3·H·D] attention inputs: rope'd q, k; mixed v
+    AlignedVector<Real> attn_out;  // [T, H·D]
+    AlignedVector<Real> lse;       // [H, T]
+    AlignedVector<Real> x_attn;    // [T, d] after the attention residual
+    AlignedVector<Real> norm2;     // [T, d]
+    AlignedVector<Real> rstd2;     // [T]
+    AlignedVector<Real> h_pre;     // [T, 4d] c_fc · norm2
+    AlignedVector<Real> h;         // [T, 4d] relu²(h_pre)
+    AlignedVector<Real> x_out;     // [T, d] block output
   };
 
   LayerWeights weights_of(Real* base, int64_t layer);
-  void forward(std::span<const int32_t> inputs, int64_t window_blocks);
-  void ensure_capacity(int64_t T);
-  void compute_doc_ids(std::span<const int32_t> inputs);
+  void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len);
+  void ensure_capacity(int64_t T, int64_t seq_len);
+  void compute_doc_ids(std::span<const int32_t> inputs, int64_t seq_len);
   AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks) const;
 
   Config config_;
   Precision precision_;  // of the products; the float64 instantiation ignores it
   ParameterSetT<Real> params_;
-  std::vector<Real> grads_;
+  AlignedVector<Real> grads_;
   RotaryTableT<Real> rotary_;
-  int64_t T_ = 0;              // length of the last forward
+  int64_t T_ = 0;              // tokens in the last forward (all its sequences)
+  int64_t seq_len_ = 0;        // the length of each of its sequences
   int64_t window_blocks_ = 1;  // its long-layer window
 
   std::vector<int32_t> tokens_, doc_;
-  std::vector<Real> x0_, rstd0_;
+  AlignedVector<Real> x0_, rstd0_;
   std::vector<LayerActivations> layers_;
-  std::vector<Real> final_in_, final_norm_, rstd_final_;
+  AlignedVector<Real> final_in_, final_norm_, rstd_final_;
   // Backward scratch.
-  std::vector<Real> dx_, dx0_, dtmp_, dh_, dqkv_, dattn_, dnorm_;
-  std::vector<std::vector<Real>> dskip_;
+  AlignedVector<Real> dx_, dx0_, dtmp_, dh_, dqkv_, dattn_, dnorm_;
+  std::vector<AlignedVector<Real>> dskip_;
 };
 
 using Gpt = GptT<float>;

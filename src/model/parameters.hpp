@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
 
 namespace nanogpt {
@@ -50,14 +51,14 @@ class ParameterSetT {
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
   Real* data(const std::string& name) { return values_.data() + info(name).offset; }
   const Real* data(const std::string& name) const { return values_.data() + info(name).offset; }
-  std::vector<Real>& values() { return values_; }
-  const std::vector<Real>& values() const { return values_; }
+  AlignedVector<Real>& values() { return values_; }
+  const AlignedVector<Real>& values() const { return values_; }
   size_t size() const { return values_.size(); }
 
  private:
   std::vector<ParamTensor> tensors_;
   std::unordered_map<std::string, size_t> index_;
-  std::vector<Real> values_;
+  AlignedVector<Real> values_;
   size_t total_ = 0;
 };
 

@@ -78,7 +78,7 @@ size_t muon_matrices_on_whole_pool(const std::vector<double>& work, int threads)
 }
 
 void GptOptimizer::muon_matrix(const MuonMatrix& m, ParameterSet& params,
-                               const std::vector<float>& grads, double mult, double momentum,
+                               std::span<const float> grads, double mult, double momentum,
                                NewtonSchulzWorkspace& ws) {
   Slot& s = slots_[m.slot];
   const ParamTensor& t = *s.param;
@@ -92,7 +92,7 @@ void GptOptimizer::muon_matrix(const MuonMatrix& m, ParameterSet& params,
               ws);
 }
 
-void GptOptimizer::step(ParameterSet& params, const std::vector<float>& grads, int64_t step) {
+void GptOptimizer::step(ParameterSet& params, std::span<const float> grads, int64_t step) {
   const double mult = lr_multiplier(step, config_.num_iterations, config_.cooldown_frac);
   MuonConfig muon;
   muon.momentum_start = config_.muon_momentum_start;

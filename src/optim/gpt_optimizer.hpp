@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ class GptOptimizer {
 
   // Applies one update for training step `step` (0-based) of config.num_iterations, on
   // ThreadPool::current(). Bitwise the same for any number of threads.
-  void step(ParameterSet& params, const std::vector<float>& grads, int64_t step);
+  void step(ParameterSet& params, std::span<const float> grads, int64_t step);
 
   // State for checkpoints: one tensor per (kind, parameter), e.g. "adam_exp_avg/lm_head.weight".
   struct StateTensor {
@@ -56,7 +57,7 @@ class GptOptimizer {
     NewtonSchulzWorkspace ns;
   };
 
-  void muon_matrix(const MuonMatrix& m, ParameterSet& params, const std::vector<float>& grads,
+  void muon_matrix(const MuonMatrix& m, ParameterSet& params, std::span<const float> grads,
                    double mult, double momentum, NewtonSchulzWorkspace& ws);
 
   Config config_;

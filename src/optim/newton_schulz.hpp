@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/matmul.hpp"
+#include "runtime/aligned_memory.hpp"
 
 namespace nanogpt {
 
@@ -29,13 +30,13 @@ struct NewtonSchulzCoefficients {
 // orthogonalizes the same shapes every time does not allocate. Contents between calls are
 // meaningless. One workspace per concurrent caller.
 struct NewtonSchulzWorkspace {
-  std::vector<float> x, x_next;       // the iterate, in G's own rows×cols layout
-  std::vector<float> gram;            // A, min(rows, cols)²
-  std::vector<float> poly;            // B, min(rows, cols)²
+  AlignedVector<float> x, x_next;     // the iterate, in G's own rows×cols layout
+  AlignedVector<float> gram;          // A, min(rows, cols)²
+  AlignedVector<float> poly;          // B, min(rows, cols)²
   std::vector<double> norm_partials;  // per-chunk sums of squares
   // Not used by newton_schulz5: lets Muon stage its Nesterov gradient and receive the update
   // in place, so one workspace is all the scratch an optimizer step needs.
-  std::vector<float> staging;
+  AlignedVector<float> staging;
   // bf16: the products take bf16-rounded operands (fp32 accumulation), as the seed's
   // bf16 iteration does; the iterate and the polynomial coefficients stay fp32.
   Precision precision = Precision::kFp32;

@@ -1,5 +1,7 @@
 #include "train/evaluate.hpp"
 
+#include <algorithm>
+
 #include "data/token_loader.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
@@ -19,22 +21,30 @@ EvalResult evaluate(Gpt& model, const std::string& pattern, int64_t tokens, int6
   o.batch_tokens = static_cast<uint64_t>(seq_len);
   o.vocab_size = static_cast<uint32_t>(model.config().vocab_size);
   TokenLoader loader(o);
-  std::vector<int32_t> inputs, targets;
+  std::vector<int32_t> inputs, targets, batch_inputs, batch_targets;
   double sum = 0;
   const int64_t sequences = tokens / seq_len;
-  for (int64_t s = 0; s < sequences; ++s) {
-    try {
-      ProfileScope data("data", "val_loader.next", {seq_len}, 0,
-                        10.0 * static_cast<double>(seq_len));
-      loader.next(inputs, targets);
-    } catch (const InputError& e) {
-      throw InputError("validation data '" + pattern + "' holds fewer than " +
-                       std::to_string(tokens) + " tokens in sequences of " +
-                       std::to_string(seq_len) + " (" + e.what() + "); lower val_tokens");
+  const int64_t per_pass = model.config().sequences_per_pass(seq_len);
+  for (int64_t s = 0; s < sequences; s += per_pass) {
+    batch_inputs.clear();
+    batch_targets.clear();
+    for (int64_t b = 0; b < std::min(per_pass, sequences - s); ++b) {
+      try {
+        ProfileScope data("data", "val_loader.next", {seq_len}, 0,
+                          10.0 * static_cast<double>(seq_len));
+        loader.next(inputs, targets);
+      } catch (const InputError& e) {
+        throw InputError("validation data '" + pattern + "' holds fewer than " +
+                         std::to_string(tokens) + " tokens in sequences of " +
+                         std::to_string(seq_len) + " (" + e.what() + "); lower val_tokens");
+      }
+      batch_inputs.insert(batch_inputs.end(), inputs.begin(), inputs.end());
+      batch_targets.insert(batch_targets.end(), targets.begin(), targets.end());
     }
     // Its self time is whatever in the model no finer scope covers.
-    ProfileScope forward("forward", "sequence", {seq_len, window_blocks}, 0, 0);
-    sum += model.forward_loss(inputs, targets, window_blocks);
+    ProfileScope forward("forward", "micro_batch",
+                         {static_cast<int64_t>(batch_inputs.size()), seq_len, window_blocks}, 0, 0);
+    sum += model.forward_loss(batch_inputs, batch_targets, window_blocks, nullptr, seq_len);
   }
   return {sum / static_cast<double>(tokens), tokens};
 }

@@ -139,16 +139,17 @@ double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32
                 std::to_string(inputs.size()) + " and " + std::to_string(targets.size()));
   }
   const int64_t seqs = c.tokens_per_step / T;
+  const int64_t per_pass = c.sequences_per_pass(T);
   const float loss_scale = 1.0f / static_cast<float>(c.tokens_per_step);
   model.zero_grads();
   double loss_sum = 0;
-  for (int64_t s = 0; s < seqs; ++s) {
+  for (int64_t s = 0; s < seqs; s += per_pass) {
+    const auto first = static_cast<size_t>(s * T);
+    const auto count = static_cast<size_t>(std::min(per_pass, seqs - s) * T);
     // Its self time is whatever in the model no finer scope covers.
-    ProfileScope scope("forward_backward", "sequence", {T, window_blocks}, 0, 0);
-    loss_sum +=
-        model.forward_backward(inputs.subspan(static_cast<size_t>(s * T), static_cast<size_t>(T)),
-                               targets.subspan(static_cast<size_t>(s * T), static_cast<size_t>(T)),
-                               window_blocks, loss_scale);
+    ProfileScope scope("forward_backward", "micro_batch", {static_cast<int64_t>(count), T}, 0, 0);
+    loss_sum += model.forward_backward(inputs.subspan(first, count), targets.subspan(first, count),
+                                       window_blocks, loss_scale, T);
   }
   const double loss = loss_sum / static_cast<double>(c.tokens_per_step);
   if (!std::isfinite(loss)) {

@@ -1,0 +1,61 @@
+// Memory that starts on a 64-byte cache line. The kernels read rows of activations and weights
+// with 64-byte vector loads and pack them 16 or 32 values at a time; malloc's 16-byte alignment
+// makes every such row straddle one more cache line than it needs (measured: a weight-gradient
+// GEMM packing from a 16-byte-aligned 16 MB activation ran at 228 GFLOP/s, from a 64-byte-aligned
+// copy at 278).
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
+
+namespace nanogpt {
+
+inline constexpr std::size_t kCacheLine = 64;
+
+template <class T>
+struct CacheAlignedAllocator {
+  using value_type = T;
+  CacheAlignedAllocator() = default;
+  template <class U>
+  CacheAlignedAllocator(const CacheAlignedAllocator<U>&) {}  // NOLINT: rebinding is implicit
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kCacheLine}));
+  }
+  void deallocate(T* p, std::size_t) { ::operator delete (p, std::align_val_t{kCacheLine}); }
+  template <class U>
+  bool operator==(const CacheAlignedAllocator<U>&) const {
+    return true;
+  }
+};
+
+// For tensors the kernels stream through: activations, parameters, gradients, optimizer state.
+template <class T>
+using AlignedVector = std::vector<T, CacheAlignedAllocator<T>>;
+
+// A growable scratch buffer kept between calls (packed GEMM panels, attention tiles). reserve()
+// keeps nothing when it grows.
+class AlignedBuffer {
+ public:
+  void* reserve(std::size_t bytes, bool zero_new = false) {
+    if (bytes > capacity_) {
+      ptr_.reset(static_cast<std::byte*>(::operator new (bytes, std::align_val_t{kCacheLine})));
+      if (zero_new) std::memset(ptr_.get(), 0, bytes);
+      capacity_ = bytes;
+    }
+    return ptr_.get();
+  }
+  std::byte* data() const { return ptr_.get(); }
+  float* floats() const { return reinterpret_cast<float*>(ptr_.get()); }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { ::operator delete (p, std::align_val_t{kCacheLine}); }
+  };
+  std::unique_ptr<std::byte, Free> ptr_;
+  std::size_t capacity_ = 0;
+};
+
+}  // namespace nanogpt
