@@ -11,6 +11,7 @@
 
 #include "kernels/fp8.hpp"
 #include "kernels/gemm.hpp"
+#include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -339,15 +340,14 @@ RowLoss row_loss(float* v, int64_t target, const Config& c) {
 
 // ---- the fused head -------------------------------------------------------------------------
 
-// The workspace is over-allocated by one cache line and aligned by hand. With the aligned
-// operator new[] instead, fused_loss_bench saw the process's peak memory grow call after call
-// (37, 69, 133 MiB after 1, 5, 17 calls of T = 512, V = 8192: glibc does not reuse the freed
-// aligned block); plain new reuses the same pages (37 MiB after 40 calls).
-constexpr int64_t kAlignSlack = 16;  // floats, one 64-byte line
-
-float* align_to_line(float* p) {
-  const auto address = reinterpret_cast<uintptr_t>(p);
-  return p + ((64 - address % 64) % 64) / sizeof(float);
+// The logits workspace is kept by the calling thread from one call to the next and only ever
+// grows: allocating it per call (up to kMaxLogitsWorkspaceBytes) cost a page fault and the
+// kernel's zeroing of every page, each call (5% of a T = 4096, V = 8192 call). It is a buffer of
+// its own rather than a cache of aligned operator new, which glibc did not reuse (the process
+// grew 37, 69, 133 MiB after 1, 5, 17 calls).
+float* logits_workspace(int64_t floats) {
+  thread_local AlignedBuffer workspace;
+  return static_cast<float*>(workspace.reserve(static_cast<size_t>(floats) * sizeof(float)));
 }
 
 class FusedHead {
@@ -357,7 +357,7 @@ class FusedHead {
         p_(p),
         weights_(p.W),
         // Uninitialized: the logits GEMM writes every element before anything reads it.
-        logits_storage_(new float[static_cast<size_t>(c.rows * c.ld + kAlignSlack)]),
+        logits_(logits_workspace(c.rows * c.ld)),
         loss_(static_cast<size_t>(c.rows)) {
     if (c.fp8) {
       w_rounded_.resize(static_cast<size_t>(c.V * c.d));
@@ -373,7 +373,7 @@ class FusedHead {
     const bool grads = dx != nullptr || dW != nullptr;
     // [rows, ld]: the logits, then e (or z), then g. Rows start on cache lines (ld is a
     // multiple of 16 floats).
-    float* const z = align_to_line(logits_storage_.get());
+    float* const z = logits_;
     double total = 0.0;
     for (int64_t r0 = 0; r0 < c_.T; r0 += c_.rows) {
       const int64_t rows = std::min(c_.rows, c_.T - r0);
@@ -417,7 +417,7 @@ class FusedHead {
   const Config& c_;
   const FusedLossParams& p_;
   const float* weights_;
-  std::unique_ptr<float[]> logits_storage_;
+  float* logits_;
   std::vector<double> loss_;  // [rows]
   std::vector<float> w_rounded_, x_rounded_;
 };
@@ -518,7 +518,7 @@ int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p) {
 size_t fused_linear_cross_entropy_workspace_bytes(const FusedLossParams& p) {
   if (p.T <= 0 || p.d <= 0 || p.V <= 0) return 0;
   const int64_t rows = fused_linear_cross_entropy_row_block(p);
-  int64_t bytes = (rows * workspace_ld(p.V) + kAlignSlack) * static_cast<int64_t>(sizeof(float)) +
+  int64_t bytes = rows * workspace_ld(p.V) * static_cast<int64_t>(sizeof(float)) +
                   rows * static_cast<int64_t>(sizeof(double));  // the rows' losses
   if (p.fp8) bytes += (p.V * p.d + rows * p.d) * static_cast<int64_t>(sizeof(float));
   return static_cast<size_t>(bytes);

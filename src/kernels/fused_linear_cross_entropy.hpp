@@ -15,10 +15,11 @@
 // row_block is chosen so the workspace stays under kMaxLogitsWorkspaceBytes (and the blocks
 // have equal sizes), unless FusedLossParams::row_block forces it: memory never grows with T.
 //
-// Memory a call allocates (fused_linear_cross_entropy_workspace_bytes counts it):
+// Memory a call uses (fused_linear_cross_entropy_workspace_bytes counts it):
 //   the logits workspace, row_block × ld floats (ld: V rounded up to an odd number of 64-byte
-//   lines, so that reading it down a column does not hit a few cache sets only) and 64 bytes
-//   to align it, and 8 bytes of loss per row of a block;
+//   lines, so that reading it down a column does not hit a few cache sets only), kept by the
+//   calling thread for its later calls (grown, never shrunk), and 8 bytes of loss per row of a
+//   block;
 //   with fp8, the rounded W once per call (V×d floats; rounding per block instead would redo it
 //   for every row block) and the rounded rows of one block (row_block × d floats).
 // Not counted: the GEMM's packing buffers, which it keeps per calling thread for later calls:
@@ -92,9 +93,9 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
 // the reference model evaluates without FP8, so samplers should leave it off. Targets unused.
 void capped_logits(const FusedLossParams& p, float* out);
 
-// Bytes the fused calls allocate besides the GEMM's packing buffers (see the top of the file):
-// row_block × (ld floats of logits + one double of loss) + 64, plus with fp8 V×d +
-// row_block×d floats.
+// Bytes the fused calls use besides the GEMM's packing buffers (see the top of the file):
+// row_block × (ld floats of logits + one double of loss), plus with fp8 V×d + row_block×d
+// floats.
 size_t fused_linear_cross_entropy_workspace_bytes(const FusedLossParams& p);
 
 }  // namespace nanogpt
