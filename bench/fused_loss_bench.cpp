@@ -2,7 +2,7 @@
 // backward), fused against unfused.
 //
 //   fused_loss_bench [--T 16384] [--V 50304] [--d 768] [--mode fused|unfused|both] [--fp8]
-//                    [--warmup 1] [--repeats 3] [--row-block N]
+//                    [--warmup 1] [--repeats 3] [--row-block N] [--precision fp32|bf16]
 //
 // Each mode runs in its own fork()ed child, so one mode's allocations cannot hide in the other's
 // peak: the child allocates and fills its inputs, resets its high-water mark
@@ -41,12 +41,13 @@ struct Options {
   bool fp8 = false;
   int warmup = 1, repeats = 3;
   int64_t row_block = 0;
+  std::string precision = "fp32";
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "fused_loss_bench: " << problem << "\n"
             << "usage: fused_loss_bench [--T N] [--V N] [--d N] [--mode fused|unfused|both] "
-               "[--fp8] [--warmup N] [--repeats N] [--row-block N]\n";
+               "[--fp8] [--warmup N] [--repeats N] [--row-block N] [--precision fp32|bf16]\n";
   std::exit(2);
 }
 
@@ -86,6 +87,11 @@ Options parse(int argc, char** argv) {
       o.repeats = static_cast<int>(parse_count(a, value(), 1));
     } else if (a == "--row-block") {
       o.row_block = parse_count(a, value(), 0);
+    } else if (a == "--precision") {
+      o.precision = value();
+      if (o.precision != "fp32" && o.precision != "bf16") {
+        usage("--precision is fp32 or bf16, not '" + o.precision + "'");
+      }
     } else {
       usage("unknown argument '" + a + "'");
     }
@@ -176,6 +182,7 @@ Result measure(const Options& o, bool fused) {
   p.fp8 = o.fp8;
   p.loss_scale = 1.0f / static_cast<float>(o.T);
   p.row_block = o.row_block;
+  p.precision = o.precision == "bf16" ? nanogpt::Precision::kBf16 : nanogpt::Precision::kFp32;
 
   Result r{};
   r.threads = nanogpt::ThreadPool::current().size();  // starts the pool before the baseline
@@ -289,6 +296,7 @@ int main(int argc, char** argv) {
         {"V", o.V},
         {"d", o.d},
         {"fp8", o.fp8},
+        {"precision", o.precision},
         {"threads", r.threads},
         {"warmup", o.warmup},
         {"repeats", o.repeats},
