@@ -515,5 +515,31 @@ TEST(Autotune, TimeBestOfWarmsUpThenTimesReps) {
   EXPECT_THROW(time_best_of([] {}, 0), Error);
 }
 
+TEST(Autotune, TimeBestOfKeepsLongRunsWithinTheBudget) {
+  // Runs of a bit over a quarter of the budget: the warm-up and at most three timed runs
+  // (fewer if the sleeps overrun), not the ten asked for.
+  const auto medium = std::chrono::duration<double>(0.275 * kTuneBudgetSeconds);
+  int runs = 0;
+  double t = time_best_of(
+      [&] {
+        ++runs;
+        std::this_thread::sleep_for(medium);
+      },
+      10);
+  EXPECT_GE(runs, 1);
+  EXPECT_LE(runs, 4);
+  EXPECT_GE(t, medium.count());
+  // A run past kTuneLongRunSeconds is timed once, with no warm-up.
+  runs = 0;
+  t = time_best_of(
+      [&] {
+        ++runs;
+        std::this_thread::sleep_for(std::chrono::duration<double>(kTuneLongRunSeconds));
+      },
+      5);
+  EXPECT_EQ(runs, 1);
+  EXPECT_GE(t, kTuneLongRunSeconds);
+}
+
 }  // namespace
 }  // namespace nanogpt

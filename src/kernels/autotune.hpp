@@ -35,7 +35,11 @@ struct TuneKey {
 size_t autotune(const TuneKey& key, const std::vector<std::string>& candidate_names,
                 size_t default_index, const std::function<double(size_t)>& time_candidate);
 
-// One warm-up run, then the best of `reps` timed runs, in seconds.
+// One warm-up run, then the best of up to `reps` timed runs, in seconds: only as many as fit
+// kTuneBudgetSeconds (at least one), and a first run of kTuneLongRunSeconds or more is timed
+// alone, without a warm-up.
+inline constexpr double kTuneBudgetSeconds = 0.2;
+inline constexpr double kTuneLongRunSeconds = 0.1;
 double time_best_of(const std::function<void()>& fn, int reps = 3);
 
 // ---- Configuration, and the cache behind autotune() (tests drive it directly) ----
