@@ -20,10 +20,13 @@
 
 #include "kernels/bf16.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/gemm/blocking.hpp"
+#include "kernels/gemm/driver.hpp"
 #include "kernels/gemm/isa.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm_bf16.hpp"
 #include "runtime/error.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 namespace {
@@ -142,6 +145,13 @@ void check_bf16(const MicroKernel& kernel, const Problem& p) {
   gemm_bf16_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, a16.data(), p.lda, b16.data(), p.ldb,
                  p.beta, got16.data(), p.ldc);
   ASSERT_TRUE(same_bits(got, got16)) << describe(kernel, p, "bf16 storage");
+  // A stored as bf16 and B as fp32 rounded while packing (the fused loss's bf16 gradient times
+  // fp32 weights): the same bits again.
+  std::vector<float> mixed = p.start_c();
+  gemm_run(kernel, default_blocking(kernel, p.M, p.N, p.K, ThreadPool::current().size()),
+           {PackSource::kBf16, PackSource::kF32ToBf16}, p.ta, p.tb, p.M, p.N, p.K, p.alpha,
+           a16.data(), p.lda, p.B.data(), p.ldb, p.beta, mixed.data(), p.ldc, nullptr);
+  ASSERT_TRUE(same_bits(got, mixed)) << describe(kernel, p, "bf16 A, fp32 B");
 }
 
 constexpr float kAlphaBeta[][2] = {{1.0f, 0.0f}, {0.5f, 1.0f}, {-2.0f, 0.5f}};
@@ -325,6 +335,12 @@ TEST(Gemm, PublicEntryPointsUseTheActiveKernels) {
   gemm_bf16_with(active_bf16_microkernel(), p.ta, p.tb, p.M, p.N, p.K, 1.0f, p.A.data(), p.lda,
                  p.B.data(), p.ldb, 0.0f, y.data(), p.ldc);
   EXPECT_TRUE(same_bits(x, y));
+  std::vector<bf16> a16(p.A.size());
+  std::transform(p.A.begin(), p.A.end(), a16.begin(), [](float v) { return to_bf16(v); });
+  y = p.start_c();
+  gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a16.data(), p.lda, p.B.data(), p.ldb, 0.0f, y.data(),
+            p.ldc);
+  EXPECT_TRUE(same_bits(x, y)) << "bf16 A, fp32 B";
 }
 
 TEST(GemmIsa, CapRulesAndErrors) {

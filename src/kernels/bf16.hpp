@@ -11,12 +11,17 @@ struct bf16 {
   uint16_t bits;
 };
 
-inline bf16 to_bf16(float f) {
+// The bits of to_bf16(f). Branch-free (the NaN case is a select), so loops over it vectorize.
+inline uint16_t to_bf16_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x0040u)};
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return bf16{static_cast<uint16_t>(u >> 16)};
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+}
+
+inline bf16 to_bf16(float f) {
+  return bf16{to_bf16_bits(f)};
 }
 
 inline float to_float(bf16 h) {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/fp8.hpp"
@@ -242,7 +243,9 @@ struct GradRowArgs {
 
 // g_j = dloss/dz_j = (p_j - [j == target])·dy_j/dz_j for the row's own loss, rounded to E5M2
 // (after dividing by grad_scale) in FP8 mode, from a row as row_loss left it (e with the cap,
-// z without). `v` and `g` may be the same array.
+// z without), into g as fp32 or rounded to bf16 (what the bf16 products would round it to as
+// they pack it: storing it so halves what they read). For fp32, `v` and `g` may be the same
+// array.
 // The flags are template parameters so that each variant is one straight loop to vectorize.
 template <bool kCapped, bool kFp8>
 __attribute__((always_inline)) inline void grad_row_loop(const float* v, float* g, int64_t n,
@@ -263,8 +266,8 @@ __attribute__((always_inline)) inline void grad_row_loop(const float* v, float* 
   }
 }
 
-NANOGPT_ROW_KERNEL void grad_row(const float* v, float* g, int64_t n, int64_t target,
-                                 const GradRowArgs& args) {
+__attribute__((always_inline)) inline void grad_row_any(const float* v, float* g, int64_t n,
+                                                        int64_t target, const GradRowArgs& args) {
   if (args.capped) {
     if (args.fp8) {
       grad_row_loop<true, true>(v, g, n, target, args);
@@ -275,6 +278,25 @@ NANOGPT_ROW_KERNEL void grad_row(const float* v, float* g, int64_t n, int64_t ta
     grad_row_loop<false, true>(v, g, n, target, args);
   } else {
     grad_row_loop<false, false>(v, g, n, target, args);
+  }
+}
+
+NANOGPT_ROW_KERNEL void grad_row(const float* v, float* g, int64_t n, int64_t target,
+                                 const GradRowArgs& args) {
+  grad_row_any(v, g, n, target, args);
+}
+
+// The same rounded to bf16, a chunk at a time through fp32: GCC vectorizes the fp32 loop and
+// the conversion apart, not fused (the narrowing store kept it scalar, 3x slower).
+NANOGPT_ROW_KERNEL void grad_row(const float* v, bf16* g, int64_t n, int64_t target,
+                                 const GradRowArgs& args) {
+  constexpr int64_t kChunk = 512;
+  alignas(64) float chunk[kChunk];
+  uint16_t* bits = reinterpret_cast<uint16_t*>(g);
+  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+    const int64_t len = std::min(kChunk, n - j0);
+    grad_row_any(v + j0, chunk, len, target - j0, args);
+    for (int64_t j = 0; j < len; ++j) bits[j0 + j] = to_bf16_bits(chunk[j]);
   }
 }
 
@@ -350,6 +372,12 @@ float* logits_workspace(int64_t floats) {
   return static_cast<float*>(workspace.reserve(static_cast<size_t>(floats) * sizeof(float)));
 }
 
+// With bf16 products, the rows' gradients in bf16, [rows, ld]; kept the same way.
+bf16* gradient_workspace(int64_t values) {
+  thread_local AlignedBuffer workspace;
+  return static_cast<bf16*>(workspace.reserve(static_cast<size_t>(values) * sizeof(bf16)));
+}
+
 class FusedHead {
  public:
   FusedHead(const Config& c, const FusedLossParams& p)
@@ -358,6 +386,7 @@ class FusedHead {
         weights_(p.W),
         // Uninitialized: the logits GEMM writes every element before anything reads it.
         logits_(logits_workspace(c.rows * c.ld)),
+        grad16_(p.precision == Precision::kBf16 ? gradient_workspace(c.rows * c.ld) : nullptr),
         loss_(static_cast<size_t>(c.rows)) {
     if (c.fp8) {
       w_rounded_.resize(static_cast<size_t>(c.V * c.d));
@@ -385,7 +414,12 @@ class FusedHead {
         const int64_t target = p_.targets[r0 + i];
         const RowLoss r = row_loss(row, target, c_);
         loss_[static_cast<size_t>(i)] = r.loss;
-        if (grads) grad_row(row, row, c_.V, target, r.grad);
+        if (!grads) return;
+        if (grad16_ != nullptr) {
+          grad_row(row, grad16_ + i * c_.ld, c_.V, target, r.grad);
+        } else {
+          grad_row(row, row, c_.V, target, r.grad);
+        }
       });
       for (int64_t i = 0; i < rows; ++i) {
         const double loss = loss_[static_cast<size_t>(i)];
@@ -394,12 +428,22 @@ class FusedHead {
       }
       // loss_scale multiplies the fp32 products, after the gradient was rounded unscaled.
       if (dx != nullptr) {
-        matmul(p_.precision, Trans::kNo, Trans::kNo, rows, c_.d, c_.V, c_.loss_scale, z, c_.ld,
-               weights_, c_.d, 0.0f, dx + r0 * c_.d, c_.d);
+        if (grad16_ != nullptr) {
+          gemm_bf16(Trans::kNo, Trans::kNo, rows, c_.d, c_.V, c_.loss_scale, grad16_, c_.ld,
+                    weights_, c_.d, 0.0f, dx + r0 * c_.d, c_.d);
+        } else {
+          matmul(p_.precision, Trans::kNo, Trans::kNo, rows, c_.d, c_.V, c_.loss_scale, z, c_.ld,
+                 weights_, c_.d, 0.0f, dx + r0 * c_.d, c_.d);
+        }
       }
       if (dW != nullptr) {
-        matmul(p_.precision, Trans::kYes, Trans::kNo, c_.V, c_.d, rows, c_.loss_scale, z, c_.ld, xb,
-               c_.d, 1.0f, dW, c_.d);
+        if (grad16_ != nullptr) {
+          gemm_bf16(Trans::kYes, Trans::kNo, c_.V, c_.d, rows, c_.loss_scale, grad16_, c_.ld, xb,
+                    c_.d, 1.0f, dW, c_.d);
+        } else {
+          matmul(p_.precision, Trans::kYes, Trans::kNo, c_.V, c_.d, rows, c_.loss_scale, z, c_.ld,
+                 xb, c_.d, 1.0f, dW, c_.d);
+        }
       }
     }
     return total;
@@ -418,6 +462,7 @@ class FusedHead {
   const FusedLossParams& p_;
   const float* weights_;
   float* logits_;
+  bf16* grad16_;              // bf16 products: the block's gradients, rounded once here
   std::vector<double> loss_;  // [rows]
   std::vector<float> w_rounded_, x_rounded_;
 };
@@ -504,11 +549,22 @@ void capped_logits(const FusedLossParams& p, float* out) {
   });
 }
 
+namespace {
+
+// Workspace bytes per logit of a row block: the fp32 logits, and with bf16 products the bf16
+// gradient beside them.
+int64_t row_bytes_per_value(const FusedLossParams& p) {
+  return static_cast<int64_t>(sizeof(float)) +
+         (p.precision == Precision::kBf16 ? static_cast<int64_t>(sizeof(bf16)) : 0);
+}
+
+}  // namespace
+
 int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p) {
   if (p.T <= 0 || p.V <= 0) return 0;
   if (p.row_block > 0) return std::min(p.row_block, p.T);
-  const int64_t max_rows = std::max<int64_t>(
-      1, kMaxLogitsWorkspaceBytes / (workspace_ld(p.V) * static_cast<int64_t>(sizeof(float))));
+  const int64_t max_rows =
+      std::max<int64_t>(1, kMaxLogitsWorkspaceBytes / (workspace_ld(p.V) * row_bytes_per_value(p)));
   // The fewest blocks that fit, of equal size (to a row): T = 512 with room for 166 rows is
   // four blocks of 128, not three of 166 and one of 14.
   const int64_t blocks = (p.T + max_rows - 1) / max_rows;
@@ -518,7 +574,7 @@ int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p) {
 size_t fused_linear_cross_entropy_workspace_bytes(const FusedLossParams& p) {
   if (p.T <= 0 || p.d <= 0 || p.V <= 0) return 0;
   const int64_t rows = fused_linear_cross_entropy_row_block(p);
-  int64_t bytes = rows * workspace_ld(p.V) * static_cast<int64_t>(sizeof(float)) +
+  int64_t bytes = rows * workspace_ld(p.V) * row_bytes_per_value(p) +
                   rows * static_cast<int64_t>(sizeof(double));  // the rows' losses
   if (p.fp8) bytes += (p.V * p.d + rows * p.d) * static_cast<int64_t>(sizeof(float));
   return static_cast<size_t>(bytes);

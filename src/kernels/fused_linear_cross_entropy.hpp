@@ -18,8 +18,8 @@
 // Memory a call uses (fused_linear_cross_entropy_workspace_bytes counts it):
 //   the logits workspace, row_block × ld floats (ld: V rounded up to an odd number of 64-byte
 //   lines, so that reading it down a column does not hit a few cache sets only), kept by the
-//   calling thread for its later calls (grown, never shrunk), and 8 bytes of loss per row of a
-//   block;
+//   calling thread for its later calls (grown, never shrunk), with bf16 products as many bf16
+//   for the rows' gradients (kept the same way), and 8 bytes of loss per row of a block;
 //   with fp8, the rounded W once per call (V×d floats; rounding per block instead would redo it
 //   for every row block) and the rounded rows of one block (row_block × d floats).
 // Not counted: the GEMM's packing buffers, which it keeps per calling thread for later calls:
@@ -94,8 +94,8 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
 void capped_logits(const FusedLossParams& p, float* out);
 
 // Bytes the fused calls use besides the GEMM's packing buffers (see the top of the file):
-// row_block × (ld floats of logits + one double of loss), plus with fp8 V×d + row_block×d
-// floats.
+// row_block × (ld floats of logits (and ld bf16 gradients with bf16 products) + one double of
+// loss), plus with fp8 V×d + row_block×d floats.
 size_t fused_linear_cross_entropy_workspace_bytes(const FusedLossParams& p);
 
 }  // namespace nanogpt

@@ -110,26 +110,32 @@ void pack_panels(PanelPackFn fn, const void* src, int64_t ld, Trans trans, int64
   }
 }
 
+// How the autotuner's keys name an operand's storage.
+const char* source_name(PackSource s) {
+  return s == PackSource::kF32 ? "f32" : s == PackSource::kBf16 ? "bf16" : "f32>bf16";
+}
+
 Trans flip(Trans t) {
   return t == Trans::kNo ? Trans::kYes : Trans::kNo;
 }
 
 }  // namespace
 
-void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSource source,
+void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSources sources,
               Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
               int64_t ldc, const GemmEpilogue* epilogue) {
   if (M <= 0 || N <= 0) return;
-  const PanelPackFn pack_a = kernel.pack_a[static_cast<int>(source)];
-  const PanelPackFn pack_b = kernel.pack_b[static_cast<int>(source)];
+  const PanelPackFn pack_a = kernel.pack_a[static_cast<int>(sources.a)];
+  const PanelPackFn pack_b = kernel.pack_b[static_cast<int>(sources.b)];
   if (pack_a == nullptr || pack_b == nullptr) {
     throw std::invalid_argument(std::string("gemm: the ") + kernel.isa +
                                 " kernel cannot read this operand type");
   }
   const GemmBlocking blk = normalized(blocking, kernel, M, N, K);
   const int64_t mr = kernel.mr, nr = kernel.nr, bytes = kernel.packed_bytes;
-  const int64_t source_bytes = source == PackSource::kBf16 ? 2 : 4;
+  const int64_t a_bytes = sources.a == PackSource::kBf16 ? 2 : 4;
+  const int64_t b_bytes = sources.b == PackSource::kBf16 ? 2 : 4;
   // K = 0 packs one all-zero k step: the tiles come out zero and are finished as usual.
   const int64_t k_valid = std::max<int64_t>(K, 0);
   const int64_t kp = round_up(std::max<int64_t>(K, 1), kernel.k_step);
@@ -170,16 +176,15 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
       const int64_t cols = std::min(blk.nc, s_cols - j0);
       ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), [&](const int64_t* p, size_t n) {
         pack_panels(
-            pack_a, A, lda, trans_a, source_bytes, p, n, mr,
+            pack_a, A, lda, trans_a, a_bytes, p, n, mr,
             [&](int64_t q) { return std::min(mr, M - q * mr); }, k_valid, kp,
             [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
       });
       ensure_packed(b_flags, j0 / nr, ceil_div(j0 + cols, nr), [&](const int64_t* p, size_t n) {
         // B's panels are counted from the superblock's first column.
         pack_panels(
-            pack_b,
-            static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * source_bytes,
-            ldb, flip(trans_b), source_bytes, p, n, nr,
+            pack_b, static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
+            ldb, flip(trans_b), b_bytes, p, n, nr,
             [&](int64_t q) { return std::min(nr, N - s0 - q * nr); }, k_valid, kp,
             [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
       });
@@ -253,7 +258,7 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
   }
 }
 
-GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSource source, Trans trans_a,
+GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSources sources, Trans trans_a,
                              Trans trans_b, int64_t M, int64_t N, int64_t K, const void* A,
                              int64_t lda, const void* B, int64_t ldb, float beta, const float* C,
                              int64_t ldc) {
@@ -273,9 +278,9 @@ GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSource source, Trans
   key.M = M;
   key.N = N;
   key.K = K;
-  key.dtype = source == PackSource::kF32    ? "f32"
-              : source == PackSource::kBf16 ? "bf16"
-                                            : "f32>bf16";
+  key.dtype = sources.a == sources.b
+                  ? source_name(sources.a)
+                  : std::string(source_name(sources.a)) + "," + source_name(sources.b);
   key.isa = kernel.isa;
   const size_t chosen = autotune(key, names, 0, [&](size_t i) {
     // Candidates write a scratch C (holding the caller's values when beta reads them), so
@@ -286,21 +291,21 @@ GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSource source, Trans
         std::copy(C + r * ldc, C + r * ldc + N, scratch.data() + r * N);
     }
     return time_best_of([&] {
-      gemm_run(kernel, candidates[i], source, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, beta,
-               scratch.data(), N, nullptr);
+      gemm_run(kernel, candidates[i], sources, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb,
+               beta, scratch.data(), N, nullptr);
     });
   });
   return chosen < candidates.size() ? candidates[chosen] : fallback;
 }
 
-void gemm_dispatch(const MicroKernel& kernel, PackSource source, Trans trans_a, Trans trans_b,
+void gemm_dispatch(const MicroKernel& kernel, PackSources sources, Trans trans_a, Trans trans_b,
                    int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
                    const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
                    const GemmEpilogue* epilogue) {
   const GemmBlocking blocking =
-      chosen_blocking(kernel, source, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
-  gemm_run(kernel, blocking, source, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-           epilogue);
+      chosen_blocking(kernel, sources, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  gemm_run(kernel, blocking, sources, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+           ldc, epilogue);
 }
 
 }  // namespace nanogpt

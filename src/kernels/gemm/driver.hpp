@@ -18,9 +18,9 @@
 namespace nanogpt {
 
 // C = alpha·op(A)·op(B) + beta·C with the given kernel and blocking; A and B are read as
-// `source` says (fp32, fp32 rounded to bf16, or bf16). Throws std::invalid_argument if the
+// `sources` says (fp32, fp32 rounded to bf16, or bf16). Throws std::invalid_argument if the
 // kernel cannot pack that source.
-void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSource source,
+void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSources sources,
               Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
               int64_t ldc, const GemmEpilogue* epilogue);
@@ -29,13 +29,13 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
 // autotuner's choice among blocking_candidates() for this op, shape, dtype, kernel and thread
 // count (kernels/autotune.hpp; timed on first use, into a scratch C). All candidates give the
 // same bits, so tuning never changes results.
-GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSource source, Trans trans_a,
+GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSources sources, Trans trans_a,
                              Trans trans_b, int64_t M, int64_t N, int64_t K, const void* A,
                              int64_t lda, const void* B, int64_t ldb, float beta, const float* C,
                              int64_t ldc);
 
 // gemm_run with chosen_blocking().
-void gemm_dispatch(const MicroKernel& kernel, PackSource source, Trans trans_a, Trans trans_b,
+void gemm_dispatch(const MicroKernel& kernel, PackSources sources, Trans trans_a, Trans trans_b,
                    int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
                    const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
                    const GemmEpilogue* epilogue);

@@ -23,6 +23,14 @@ using MicroKernelFn = void (*)(int64_t kc, const void* a, const void* b, float* 
 // What a packer reads and how it rounds: fp32 kept, fp32 rounded to bf16 (nearest even), bf16.
 enum class PackSource { kF32 = 0, kF32ToBf16 = 1, kBf16 = 2 };
 
+// How each operand of a product is read: usually both alike (a single PackSource converts);
+// the fused loss multiplies its gradient, stored as bf16, by weights stored as fp32.
+struct PackSources {
+  PackSource a, b;
+  PackSources(PackSource both) : a(both), b(both) {}  // NOLINT: one source for both is the rule
+  PackSources(PackSource a_source, PackSource b_source) : a(a_source), b(b_source) {}
+};
+
 // Packs rows [first, first + valid) of Y into one micro-panel of `panel` rows (rows past
 // `valid` zero) and k in [0, k_valid) (zero up to kp). For A, Y = op(A); for B, Y = op(B)ᵀ,
 // so a micro-panel of B is a run of columns. Y[i][k] is src[i·ld + k] when trans is kNo,
