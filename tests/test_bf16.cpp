@@ -1,7 +1,7 @@
 // fp32 → bf16 conversion: to_bf16 against a reference written from the definition (nearest
-// value, ties to the even mantissa, overflow to infinity, NaN stays NaN) over random and
-// targeted bit patterns, and the vectorised roundings (AMX packer, GEMM epilogue) against
-// to_bf16 bit for bit.
+// value, ties to the even mantissa, overflow to infinity, NaN stays NaN, denormals to zero) over
+// random and targeted bit patterns, and the vectorised roundings (AMX packer, GEMM epilogue)
+// against to_bf16 bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "kernels/bf16.hpp"
 #include "kernels/gemm/epilogue.hpp"
 #include "kernels/gemm/layout.hpp"
+#include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
 #include "runtime/cpu_info.hpp"
 
@@ -24,8 +25,10 @@ float from_bits(uint32_t u) {
   return f;
 }
 
-// The bf16 nearest to the fp32 with bits u, by comparing distances to the two candidates.
+// The bf16 nearest to the fp32 with bits u, by comparing distances to the two candidates; a
+// denormal is flushed to a zero of its sign first (as VCVTNE2PS2BF16 does).
 uint16_t reference_bf16(uint32_t u) {
+  if ((u & 0x7F800000u) == 0) return static_cast<uint16_t>((u & 0x80000000u) >> 16);
   const uint32_t sign = u & 0x80000000u, mag = u & 0x7FFFFFFFu;
   const uint32_t down = mag & 0xFFFF0000u, up = down + 0x10000u;
   const double x = std::fabs(static_cast<double>(from_bits(mag)));
@@ -87,28 +90,58 @@ TEST(Bf16, RoundsToNearestEvenLikeTheDefinition) {
   EXPECT_EQ(to_bf16(from_bits(0x7F7FFFFFu)).bits, 0x7F80);  // max float: to infinity
   EXPECT_EQ(to_bf16(INFINITY).bits, 0x7F80);
   EXPECT_EQ(to_bf16(-INFINITY).bits, 0xFF80);
-  EXPECT_EQ(to_bf16(from_bits(0x00000001u)).bits, 0x0000);  // smallest denormal: to zero
-  EXPECT_EQ(to_bf16(from_bits(0x00018000u)).bits, 0x0002);  // denormal tie, odd rounds up
+  EXPECT_EQ(to_bf16(from_bits(0x00000001u)).bits, 0x0000);  // denormals: a zero of their sign
+  EXPECT_EQ(to_bf16(from_bits(0x007FFFFFu)).bits, 0x0000);
+  EXPECT_EQ(to_bf16(from_bits(0x80018000u)).bits, 0x8000);
+  EXPECT_EQ(to_bf16(from_bits(0x00800000u)).bits, 0x0080);  // the smallest normal stays
 }
 
 TEST(Bf16, VectorRoundingMatchesScalarBitForBit) {
   const CpuInfo& cpu = cpu_info();
-  if (!cpu.avx512f || !cpu.avx512bw) GTEST_SKIP() << "no AVX-512BW";
+  if (!cpu.avx512f || !cpu.avx512bw || !cpu.avx512vl) GTEST_SKIP() << "no AVX-512BW/VL";
   std::vector<uint32_t> patterns = test_patterns();
   patterns.resize(patterns.size() / 1024 * 1024);
   std::vector<float> x(patterns.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = from_bits(patterns[i]);
+  auto expect_packed = [&](size_t b, int64_t r, int64_t k, uint16_t got, const char* what) {
+    const uint32_t u = patterns[b + static_cast<size_t>(r * 32 + k)];
+    ASSERT_EQ(got, to_bf16(from_bits(u)).bits) << what << " " << std::hex << u;
+  };
 
-  // The AMX packer, 32×32 blocks read row-major (Y = op(A), trans kNo).
-  const layout::Layout l = layout::amx_a(32, 32);
-  std::vector<bf16> packed(1024);
+  // The fp32-layout packer rounding to bf16 (integer arithmetic; any AVX-512BW CPU).
+  const PanelPackFn fp32_pack = pack::fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, 32>();
+  std::vector<float> panel(1024);
   for (size_t b = 0; b < x.size(); b += 1024) {
-    pack::amx_pack_a_f32(x.data() + b, 32, Trans::kNo, 0, 32, 32, 32, packed.data());
+    fp32_pack(x.data() + b, 32, Trans::kNo, 0, 32, 32, 32, panel.data());
     for (int64_t r = 0; r < 32; ++r) {
       for (int64_t k = 0; k < 32; ++k) {
-        const uint32_t u = patterns[b + static_cast<size_t>(r * 32 + k)];
-        ASSERT_EQ(packed[static_cast<size_t>(l(r, k))].bits, to_bf16(from_bits(u)).bits)
-            << std::hex << u;
+        const float v = panel[static_cast<size_t>(k * 32 + r)];
+        expect_packed(b, r, k, to_bf16(v).bits, "fp32 panel");
+        uint32_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        ASSERT_EQ(bits & 0xFFFFu, 0u) << "fp32 panel holds a bf16 value " << std::hex << bits;
+      }
+    }
+  }
+
+  // The pair-layout packers (VCVTNE2PS2BF16), from rows (trans kNo) and from columns (kYes).
+  if (cpu.avx512_bf16) {
+    const layout::Layout amx = layout::amx_a(32, 32), vnni = layout::vnni_b(32, 32, 32);
+    std::vector<bf16> packed(1024);
+    for (size_t b = 0; b < x.size(); b += 1024) {
+      pack::amx_pack_a_f32(x.data() + b, 32, Trans::kNo, 0, 32, 32, 32, packed.data());
+      for (int64_t r = 0; r < 32; ++r) {
+        for (int64_t k = 0; k < 32; ++k) {
+          expect_packed(b, r, k, packed[static_cast<size_t>(amx(r, k))].bits, "amx A");
+        }
+      }
+      // B's panel holds columns of op(B), i.e. rows of Y = op(B)ᵀ read here as Y[i][k] =
+      // x[k·32 + i] (k-major); the layout is indexed (k, column).
+      pack::vnni_pack_b_f32(x.data() + b, 32, Trans::kYes, 0, 32, 32, 32, packed.data());
+      for (int64_t i = 0; i < 32; ++i) {
+        for (int64_t k = 0; k < 32; ++k) {
+          expect_packed(b, k, i, packed[static_cast<size_t>(vnni(k, i))].bits, "vnni B");
+        }
       }
     }
   }

@@ -49,9 +49,12 @@ bool isa_available(IsaLevel level, std::string* why_not) {
     case IsaLevel::kAvx512:
       return cpu.avx512f ? true : fail("the CPU has no AVX-512F");
     case IsaLevel::kAmx: {
-      // The AMX packers and epilogue are AVX-512 (BW for the 16-bit moves) code.
+      // The AMX packers and epilogue are AVX-512 code (BW and VL for the 16-bit moves, BF16 for
+      // the conversions); every CPU with AMX-BF16 so far has all of them.
       if (!cpu.amx_tile || !cpu.amx_bf16) return fail("the CPU has no AMX-BF16");
-      if (!cpu.avx512f || !cpu.avx512bw) return fail("the CPU has AMX but no AVX-512F/BW");
+      if (!cpu.avx512f || !cpu.avx512bw || !cpu.avx512vl || !cpu.avx512_bf16) {
+        return fail("the CPU has AMX but not AVX-512F/BW/VL/BF16");
+      }
       const AmxPermission& permission = amx_permission();
       if (!permission.granted) {
         if (why_not != nullptr) *why_not = "no AMX tile-data permission: " + permission.detail;

@@ -3,7 +3,9 @@
 // with Y = op(A) or op(B)ᵀ. A source contiguous in k gives a block's rows (by i) directly; one
 // contiguous in i gives its columns (by k pair, two k rows interleaved). An AMX A tile wants
 // rows, an AMX B tile and a VNNI panel want columns, so at most one transpose per block.
-// Rounding to bf16 is done in integer arithmetic, bit for bit as to_bf16 does it.
+// Their kernels need AVX512-BF16 (isa.cpp, microkernel_dispatch.cpp), so fp32 is rounded to bf16
+// by VCVTNE2PS2BF16, 32 values an instruction, bit for bit as to_bf16 (bf16.hpp) does it; the
+// fp32-layout packers, which also run on CPUs without it, round in integer arithmetic.
 #include <immintrin.h>
 
 #include "kernels/gemm/bf16_avx512.hpp"
@@ -18,37 +20,45 @@ namespace nanogpt::pack {
 namespace {
 
 #define NANOGPT_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline
+#define NANOGPT_AVX512BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline
+#define NANOGPT_PACK_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-// 16 fp32 values as 32-bit lanes whose high half is the value rounded to bf16 (nearest even,
-// NaN kept quiet); lanes outside the mask are zero.
-NANOGPT_AVX512BW __m512i load_hi(const float* p, __mmask16 m) {
-  return bf16_round_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, p)));
-}
-
+// 16 bf16 values as the high halves of 32-bit lanes (an exact fp32); lanes outside m are zero.
 NANOGPT_AVX512BW __m512i load_hi(const bf16* p, __mmask16 m) {
   return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16);
 }
 
-// Pairs (lo, hi) of bf16 from the high halves of two vectors.
-NANOGPT_AVX512BW __m512i pair(__m512i lo, __m512i hi) {
-  return _mm512_mask_mov_epi16(_mm512_srli_epi32(lo, 16), 0xAAAAAAAA, hi);
+// 16 masked lanes (zero elsewhere) of two rows, as 16 pairs (lo[e], hi[e]) of bf16.
+NANOGPT_AVX512BF16 __m512i load_pair_rows(const float* lo, const float* hi, __mmask16 m_lo,
+                                          __mmask16 m_hi) {
+  // VCVTNE2PS2BF16 puts lo's 16 values in words 0..15 and hi's in 16..31; interleave them.
+  const __m512i interleave =
+      _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512bh both =
+      _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m_hi, hi), _mm512_maskz_loadu_ps(m_lo, lo));
+  return _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(both));
+}
+
+NANOGPT_AVX512BF16 __m512i load_pair_rows(const bf16* lo, const bf16* hi, __mmask16 m_lo,
+                                          __mmask16 m_hi) {
+  const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m_lo, lo));
+  return _mm512_or_si512(l, load_hi(hi, m_hi));
 }
 
 // 32 consecutive values (n of them valid) as 16 pairs, in order.
-NANOGPT_AVX512BW __m512i load_pairs(const float* p, int64_t n) {
+NANOGPT_AVX512BF16 __m512i load_pairs(const float* p, int64_t n) {
   const __mmask16 m0 = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
   const __mmask16 m1 = n >= 32   ? 0xFFFF
                        : n <= 16 ? 0
                                  : static_cast<__mmask16>((1u << (n - 16)) - 1);
-  const __m512i v0 = load_hi(p, m0), v1 = load_hi(p + 16, m1);
-  // Word 2e+1 of the concatenation is the bf16 of element e.
-  const __m512i odd_words =
-      _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
-                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  return _mm512_permutex2var_epi16(v0, odd_words, v1);
+  // Words 0..15 from the first 16 values, 16..31 from the next: already in order.
+  return reinterpret_cast<__m512i>(
+      _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, p + 16), _mm512_maskz_loadu_ps(m0, p)));
 }
 
-NANOGPT_AVX512BW __m512i load_pairs(const bf16* p, int64_t n) {
+NANOGPT_AVX512BF16 __m512i load_pairs(const bf16* p, int64_t n) {
   const __mmask32 m = n >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << n) - 1);
   return _mm512_maskz_loadu_epi16(m, p);
 }
@@ -84,8 +94,8 @@ NANOGPT_AVX512BW void transpose16(__m512i r[16]) {
 // rows and k_valid), in v. Returns true if v[j] holds k pair j (the block's columns), false if
 // it holds row i0 + j: whichever the source gives without a transpose.
 template <class T>
-NANOGPT_AVX512BW bool load_block(const T* src, int64_t ld, Trans trans, int64_t i0, int64_t rows,
-                                 int64_t k0, int64_t k_valid, __m512i v[16]) {
+NANOGPT_AVX512BF16 bool load_block(const T* src, int64_t ld, Trans trans, int64_t i0, int64_t rows,
+                                   int64_t k0, int64_t k_valid, __m512i v[16]) {
   if (trans == Trans::kNo) {
     const int64_t n = k_valid - k0 < 0 ? 0 : k_valid - k0;
     for (int i = 0; i < 16; ++i) {
@@ -96,10 +106,11 @@ NANOGPT_AVX512BW bool load_block(const T* src, int64_t ld, Trans trans, int64_t 
   const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
   for (int kk = 0; kk < 16; ++kk) {
     const int64_t k = k0 + 2 * kk;
-    const __m512i lo = k < k_valid ? load_hi(src + k * ld + i0, m) : _mm512_setzero_si512();
-    const __m512i hi =
-        k + 1 < k_valid ? load_hi(src + (k + 1) * ld + i0, m) : _mm512_setzero_si512();
-    v[kk] = pair(lo, hi);
+    // Rows past k_valid read nothing (a zero mask); k itself may be the last valid one.
+    const __mmask16 m_lo = k < k_valid ? m : 0, m_hi = k + 1 < k_valid ? m : 0;
+    const T* lo = src + (k < k_valid ? k : 0) * ld + i0;
+    const T* hi = src + (k + 1 < k_valid ? k + 1 : 0) * ld + i0;
+    v[kk] = load_pair_rows(lo, hi, m_lo, m_hi);
   }
   return true;
 }
@@ -111,10 +122,8 @@ int64_t clamp16(int64_t x) {
 // One 32-wide AMX micro-panel: per k step, two tiles of 16 rows of 64 bytes; A tiles hold
 // rows of Y (pairs along the row), B tiles k pairs (pairs along the columns).
 template <class T, bool kIsB>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void amx_panel(const void* src_v, int64_t ld,
-                                                                    Trans trans, int64_t first,
-                                                                    int64_t valid, int64_t k_valid,
-                                                                    int64_t kp, void* out_v) {
+NANOGPT_PACK_BF16_TARGET void amx_panel(const void* src_v, int64_t ld, Trans trans, int64_t first,
+                                        int64_t valid, int64_t k_valid, int64_t kp, void* out_v) {
   const T* src = static_cast<const T*>(src_v) + (trans == Trans::kNo ? first * ld : first);
   bf16* out = static_cast<bf16*>(out_v);
   for (int64_t k0 = 0; k0 < kp; k0 += 32) {
@@ -132,10 +141,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void amx_panel(const void* 
 // One VNNI micro-panel of p rows of Y (layout::vnni_a with mr = p, or vnni_b seen transposed
 // with nr = p): per k pair, the p pairs of its rows, contiguous.
 template <class T, int kP>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void vnni_panel(const void* src_v, int64_t ld,
-                                                                     Trans trans, int64_t first,
-                                                                     int64_t valid, int64_t k_valid,
-                                                                     int64_t kp, void* out_v) {
+NANOGPT_PACK_BF16_TARGET void vnni_panel(const void* src_v, int64_t ld, Trans trans, int64_t first,
+                                         int64_t valid, int64_t k_valid, int64_t kp, void* out_v) {
   const T* src = static_cast<const T*>(src_v) + (trans == Trans::kNo ? first * ld : first);
   uint32_t* out = static_cast<uint32_t*>(out_v);  // one pair per element
   for (int64_t k0 = 0; k0 < kp; k0 += 32) {
@@ -219,6 +226,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void fp32_panel_avx512(
 }
 
 #undef NANOGPT_AVX512BW
+#undef NANOGPT_AVX512BF16
+#undef NANOGPT_PACK_BF16_TARGET
 
 }  // namespace
 
