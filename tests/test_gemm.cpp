@@ -261,6 +261,50 @@ TEST(Gemm, FusedEpilogueOnEveryKernel) {
   }
 }
 
+// The addend: C = alpha·op(A)·op(B) + beta·C + s·D is the plain product's C with s·D added in
+// one fused multiply-add, bit for bit; elements outside M×N stay untouched.
+void check_addend(const MicroKernel& kernel, bool bf16_gemm, Trans ta, Trans tb, uint32_t seed) {
+  Problem p(ta, tb, 41, 67, 300, 0.75f, 0.5f, seed);
+  const int64_t ld_d = p.N + 7;
+  std::mt19937 rng(seed + 2000);
+  const std::vector<float> d = random_matrix(static_cast<size_t>(p.M * ld_d), rng);
+  GemmEpilogue ep;
+  ep.addend = d.data();
+  ep.ld_addend = ld_d;
+  ep.addend_scale = -1.25f;
+  std::vector<float> got = p.C0, plain = p.C0;
+  auto run = [&](std::vector<float>& c, const GemmEpilogue* e) {
+    if (bf16_gemm) {
+      gemm_bf16_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                     p.beta, c.data(), p.ldc, e);
+    } else {
+      gemm_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                p.beta, c.data(), p.ldc, e);
+    }
+  };
+  run(got, &ep);
+  run(plain, nullptr);
+  for (int64_t i = 0; i < p.M; ++i) {
+    for (int64_t j = 0; j < p.ldc; ++j) {
+      const size_t idx = static_cast<size_t>(i * p.ldc + j);
+      const float want =
+          j < p.N ? std::fma(-1.25f, d[static_cast<size_t>(i * ld_d + j)], plain[idx]) : p.C0[idx];
+      ASSERT_EQ(got[idx], want) << kernel.isa << " " << i << "," << j;
+    }
+  }
+}
+
+TEST(Gemm, AddendEpilogueOnEveryKernel) {
+  uint32_t seed = 901;
+  for (Trans ta : {Trans::kNo, Trans::kYes}) {
+    for (Trans tb : {Trans::kNo, Trans::kYes}) {
+      for (const MicroKernel& k : available_microkernels()) check_addend(k, false, ta, tb, seed++);
+      for (const MicroKernel& k : available_bf16_microkernels())
+        check_addend(k, true, ta, tb, seed++);
+    }
+  }
+}
+
 // The relu² backward epilogue: C = (2·X)·(alpha·op(A)·op(B) + beta·C) where X > 0, else 0,
 // exactly the product of the plain GEMM's C with the factor (so bit-for-bit checkable), and it
 // happens before the other outputs, which see the final C. X holds negative, positive, zero

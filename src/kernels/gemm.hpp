@@ -17,8 +17,14 @@ namespace nanogpt {
 
 enum class Trans { kNo, kYes };
 
-// Optional work done on each finished tile of C while it is still in cache.
+// Optional work done on each finished tile of C while it is still in cache, in this order.
 struct GemmEpilogue {
+  // C[i,j] = alpha·acc + beta·C[i,j] + addend_scale·addend[i·ld + j] (one fused multiply-add):
+  // a scaled matrix added in the finish instead of in a pass of its own (Newton–Schulz:
+  // X' = a·X + B·X).
+  const float* addend = nullptr;
+  int64_t ld_addend = 0;
+  float addend_scale = 1.0f;
   // Backward through relu²: C is the gradient of relu²(X); it becomes the gradient of X,
   // C[i,j] = (2·X[i,j])·C[i,j] where X[i,j] > 0, else 0 (NaN in X gives 0), with
   // X[i,j] = relu_squared_input[i·ld + j]. Applied first, so the outputs below see the result.

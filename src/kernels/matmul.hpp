@@ -11,11 +11,11 @@ enum class Precision { kFp32, kBf16 };
 
 inline void matmul(Precision precision, Trans trans_a, Trans trans_b, int64_t M, int64_t N,
                    int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-                   float beta, float* C, int64_t ldc) {
+                   float beta, float* C, int64_t ldc, const GemmEpilogue* epilogue = nullptr) {
   if (precision == Precision::kBf16) {
-    gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue);
   } else {
-    gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue);
   }
 }
 

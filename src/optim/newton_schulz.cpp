@@ -25,60 +25,70 @@ namespace {
 // so two threads stay busy, while skipping (blocks − 1)/(2·blocks) of the work (3/8 at k = 768).
 constexpr int64_t kSymmetricBlock = 192;
 
-// C = alpha·R·Rᵀ + beta·C, k×k, where R is k×inner: the rows of X (ld ldx) or, with
-// `columns`, its columns. Only the lower block triangle is multiplied out, then mirrored:
-// nearly half the work of a full GEMM, and C comes out exactly symmetric. Assumes C was
-// symmetric before if beta ≠ 0.
+// C = alpha·R·Rᵀ + s·D, k×k, where R is k×inner: the rows of X (ld ldx) or, with `columns`,
+// its columns, and D (k×k, symmetric; nullptr: none) is added in the products' finish. Only the
+// lower block triangle is multiplied out, then mirrored: nearly half the work of a full GEMM,
+// and C comes out exactly symmetric.
 void symmetric_product(Precision pr, const float* X, int64_t ldx, bool columns, int64_t k,
-                       int64_t inner, float alpha, float beta, float* C) {
+                       int64_t inner, float alpha, float* C, const float* D = nullptr,
+                       float s = 0.0f) {
   for (int64_t i0 = 0; i0 < k; i0 += kSymmetricBlock) {
     const int64_t i1 = std::min(k, i0 + kSymmetricBlock);
+    GemmEpilogue ep;
+    ep.addend = D != nullptr ? D + i0 * k : nullptr;
+    ep.ld_addend = k;
+    ep.addend_scale = s;
     if (columns) {
-      matmul(pr, Trans::kYes, Trans::kNo, i1 - i0, i1, inner, alpha, X + i0, ldx, X, ldx, beta,
-             C + i0 * k, k);
+      matmul(pr, Trans::kYes, Trans::kNo, i1 - i0, i1, inner, alpha, X + i0, ldx, X, ldx, 0.0f,
+             C + i0 * k, k, &ep);
     } else {
       matmul(pr, Trans::kNo, Trans::kYes, i1 - i0, i1, inner, alpha, X + i0 * ldx, ldx, X, ldx,
-             beta, C + i0 * k, k);
+             0.0f, C + i0 * k, k, &ep);
     }
   }
-  for (int64_t i = 0; i < k; ++i) {
-    for (int64_t j = i + 1; j < k; ++j) C[i * k + j] = C[j * k + i];
+  // The upper triangle from the lower, in 32×32 tiles so the column reads stay in L1.
+  constexpr int64_t kTile = 32;
+  for (int64_t ib = 0; ib < k; ib += kTile) {
+    for (int64_t jb = ib; jb < k; jb += kTile) {
+      for (int64_t i = ib; i < std::min(k, ib + kTile); ++i) {
+        for (int64_t j = std::max(jb, i + 1); j < std::min(k, jb + kTile); ++j) {
+          C[i * k + j] = C[j * k + i];
+        }
+      }
+    }
   }
 }
 
 // A = W·Wᵀ, k×k with k = min(rows, cols).
 void gram(Precision pr, const float* x, int64_t rows, int64_t cols, float* A) {
   if (rows <= cols) {
-    symmetric_product(pr, x, cols, /*columns=*/false, rows, cols, 1.0f, 0.0f, A);
+    symmetric_product(pr, x, cols, /*columns=*/false, rows, cols, 1.0f, A);
   } else {
-    symmetric_product(pr, x, cols, /*columns=*/true, cols, rows, 1.0f, 0.0f, A);
+    symmetric_product(pr, x, cols, /*columns=*/true, cols, rows, 1.0f, A);
   }
 }
 
-// B += c·A·A (= c·A·Aᵀ, A being symmetric). The seed evaluates (c·A)·A; folding c into the
-// product's alpha differs from that only in the last bit of each element, well below the
-// order-of-summation differences of any two fp32 GEMMs.
-void add_scaled_square(Precision pr, const float* A, int64_t k, float c, float* B) {
-  symmetric_product(pr, A, k, /*columns=*/false, k, k, c, 1.0f, B);
+// B = b·A + c·A·A (= c·A·Aᵀ, A being symmetric). The seed evaluates b·A + (c·A)·A; folding c
+// into the product's alpha and adding b·A in its finish differ from that only in the last bit
+// of each element, well below the order-of-summation differences of any two fp32 GEMMs.
+void poly_of_gram(Precision pr, const float* A, int64_t k, float b, float c, float* B) {
+  symmetric_product(pr, A, k, /*columns=*/false, k, k, c, B, A, b);
 }
 
-// x_next += B·W, written back in X's layout.
-void add_poly_times_x(Precision pr, const float* B, const float* x, int64_t rows, int64_t cols,
-                      float* x_next) {
+// x_next = a·x + B·W, in X's layout (a·x added in the product's finish).
+void poly_times_x(Precision pr, const float* B, const float* x, int64_t rows, int64_t cols, float a,
+                  float* x_next) {
+  GemmEpilogue ep;
+  ep.addend = x;
+  ep.ld_addend = cols;
+  ep.addend_scale = a;
   if (rows <= cols) {
-    matmul(pr, Trans::kNo, Trans::kNo, rows, cols, rows, 1.0f, B, rows, x, cols, 1.0f, x_next,
-           cols);
+    matmul(pr, Trans::kNo, Trans::kNo, rows, cols, rows, 1.0f, B, rows, x, cols, 0.0f, x_next, cols,
+           &ep);
   } else {
-    matmul(pr, Trans::kNo, Trans::kYes, rows, cols, cols, 1.0f, x, cols, B, cols, 1.0f, x_next,
-           cols);
+    matmul(pr, Trans::kNo, Trans::kYes, rows, cols, cols, 1.0f, x, cols, B, cols, 0.0f, x_next,
+           cols, &ep);
   }
-}
-
-// out = s·in, element-wise over n values.
-void scale(const float* in, int64_t n, float s, float* out) {
-  for_each_chunk(n, [&](int64_t, int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = s * in[i];
-  });
 }
 
 // ‖G‖_F, accumulated in double per fixed chunk and combined in chunk order: more accurate
@@ -139,10 +149,8 @@ void newton_schulz5(const float* G, int64_t rows, int64_t cols, int steps, float
 
   for (int step = 0; step < steps; ++step) {
     gram(ws.precision, x, rows, cols, A);
-    scale(A, k * k, coeffs.b, B);
-    add_scaled_square(ws.precision, A, k, coeffs.c, B);
-    scale(x, n, coeffs.a, x_next);
-    add_poly_times_x(ws.precision, B, x, rows, cols, x_next);
+    poly_of_gram(ws.precision, A, k, coeffs.b, coeffs.c, B);
+    poly_times_x(ws.precision, B, x, rows, cols, coeffs.a, x_next);
     std::swap(x, x_next);
   }
   std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));

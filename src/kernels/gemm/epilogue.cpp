@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/bf16.hpp"
 #include "kernels/gemm/bf16_avx512.hpp"
@@ -30,6 +31,10 @@ __attribute__((always_inline)) inline void finish_portable(const float* acc, int
       for (int64_t j = 0; j < cols; ++j) o[j] = alpha * a[j] + beta * o[j];
     }
     if (ep == nullptr) continue;
+    if (ep->addend != nullptr) {
+      const float* d = ep->addend + (row + r) * ep->ld_addend + col;
+      for (int64_t j = 0; j < cols; ++j) o[j] = std::fma(ep->addend_scale, d[j], o[j]);
+    }
     if (ep->relu_squared_input != nullptr) {
       const float* x = ep->relu_squared_input + (row + r) * ep->ld_relu_squared_input + col;
       for (int64_t j = 0; j < cols; ++j) o[j] = x[j] > 0.0f ? (2.0f * x[j]) * o[j] : 0.0f;
@@ -70,12 +75,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void finish_tile_avx512(
     int64_t ldc, const GemmEpilogue* ep, int64_t row, int64_t col) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
   const __m512 two = _mm512_set1_ps(2.0f);
+  const float* add_base = ep != nullptr ? ep->addend : nullptr;
+  const __m512 add_scale = _mm512_set1_ps(ep != nullptr ? ep->addend_scale : 0.0f);
   const float* rx_base = ep != nullptr ? ep->relu_squared_input : nullptr;
   float* rs_base = ep != nullptr ? ep->relu_squared : nullptr;
   bf16* cb_base = ep != nullptr ? ep->c_bf16 : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = acc + r * ld_acc;
     float* o = c + r * ldc;
+    const float* add = add_base != nullptr ? add_base + (row + r) * ep->ld_addend + col : nullptr;
     const float* rx =
         rx_base != nullptr ? rx_base + (row + r) * ep->ld_relu_squared_input + col : nullptr;
     float* rs = rs_base != nullptr ? rs_base + (row + r) * ep->ld_relu_squared + col : nullptr;
@@ -84,6 +92,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void finish_tile_avx512(
       const __mmask16 m = cols - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - j)) - 1);
       __m512 v = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, a + j));
       if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, o + j), v);
+      if (add != nullptr) v = _mm512_fmadd_ps(add_scale, _mm512_maskz_loadu_ps(m, add + j), v);
       if (rx != nullptr) {
         const __m512 x = _mm512_maskz_loadu_ps(m, rx + j);
         // Ordered compare: false for NaN, so those lanes become 0 as in the portable loop.
