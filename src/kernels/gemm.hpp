@@ -25,15 +25,15 @@ struct GemmEpilogue {
   const float* addend = nullptr;
   int64_t ld_addend = 0;
   float addend_scale = 1.0f;
-  // Backward through relu²: C is the gradient of relu²(X); it becomes the gradient of X,
-  // C[i,j] = (2·X[i,j])·C[i,j] where X[i,j] > 0, else 0 (NaN in X gives 0), with
-  // X[i,j] = relu_squared_input[i·ld + j]. Applied first, so the outputs below see the result.
-  // Fused into the MLP's c_proj input gradient, it saves a pass over the T×4d hidden layer.
-  const float* relu_squared_input = nullptr;
-  int64_t ld_relu_squared_input = 0;
-  // relu_squared[i·ld + j] = max(C[i,j], 0)², the MLP's activation fused into c_fc.
-  float* relu_squared = nullptr;
-  int64_t ld_relu_squared = 0;
+  // Backward through relu²: C is the gradient of H = relu²(X); it becomes the gradient of X,
+  // relu²'(X)·C = 2·relu(X)·C = 2·√H·C where H > 0, else 0 (NaN in H gives 0), with
+  // H[i,j] = relu_squared_output[i·ld + j]. Fused into the MLP's c_proj input gradient, it
+  // saves a pass over the T×4d hidden layer, and needs only H, which the forward keeps anyway.
+  const float* relu_squared_output = nullptr;
+  int64_t ld_relu_squared_output = 0;
+  // C[i,j] = max(C[i,j], 0)²: the MLP's activation fused into c_fc, so the pre-activation is
+  // never stored.
+  bool relu_squared = false;
   // c_bf16[i·ld + j] = bf16(C[i,j]): the cast for a consumer that reads bf16.
   bf16* c_bf16 = nullptr;
   int64_t ld_c_bf16 = 0;

@@ -163,7 +163,6 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
     resize(A.x_attn, T * d);
     resize(A.norm2, T * d);
     resize(A.rstd2, T);
-    resize(A.h_pre, T * 4 * d);
     resize(A.h, T * 4 * d);
     resize(A.x_out, T * d);
     if (config_.has_attention(i)) {
@@ -311,10 +310,9 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
       std::memcpy(&A.x_out[t0 * d], &A.x_attn[t0 * d], (t1 - t0) * d * sizeof(Real));
     });
     ReluSquaredEpilogue<Real> relu2;
-    relu2.relu_squared = A.h.data();
-    relu2.ld = 4 * d;
+    relu2.relu_squared = true;
     model_gemm(precision_, "mlp.c_fc.fwd.relu2", Trans::kNo, Trans::kYes, T, 4 * d, d, Real(1),
-               A.norm2.data(), d, w.c_fc, d, Real(0), A.h_pre.data(), 4 * d, relu2);
+               A.norm2.data(), d, w.c_fc, d, Real(0), A.h.data(), 4 * d, relu2);
     model_gemm(precision_, "mlp.c_proj.fwd", Trans::kNo, Trans::kYes, T, d, 4 * d, Real(1),
                A.h.data(), 4 * d, w.mlp_proj, 4 * d, Real(1), A.x_out.data(), d);
     x_prev = A.x_out.data();
@@ -412,9 +410,10 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     }
     model_gemm(precision_, "mlp.c_proj.dW", Trans::kYes, Trans::kNo, d, 4 * d, T, Real(1), dx, d,
                A.h.data(), 4 * d, Real(1), g.mlp_proj, 4 * d);
-    // dh_ = d(h_pre): the gradient of h, times relu²'s derivative, in the product's epilogue.
+    // dh_ = the gradient of c_fc's output: that of h times relu²'s derivative (from h), in the
+    // product's epilogue.
     ReluSquaredEpilogue<Real> relu2_grad;
-    relu2_grad.relu_squared_input = A.h_pre.data();
+    relu2_grad.relu_squared_output = A.h.data();
     relu2_grad.ld = 4 * d;
     model_gemm(precision_, "mlp.c_proj.dX.relu2_bwd", Trans::kNo, Trans::kNo, T, 4 * d, d, Real(1),
                dx, d, w.mlp_proj, 4 * d, Real(0), dh_.data(), 4 * d, relu2_grad);

@@ -12,7 +12,8 @@
 //
 // Activations are kept (not recomputed); attention keeps only its output and log-sum-exp and
 // recomputes scores. relu² is fused into c_fc's product and its backward into c_proj's input
-// gradient (GEMM epilogues), so the MLP's hidden layer is never swept on its own.
+// gradient (GEMM epilogues), so the MLP's hidden layer is never swept on its own, and only its
+// output h is stored: relu²'(x) = 2·relu(x) = 2·√h.
 #pragma once
 
 #include <cstdint>
@@ -86,8 +87,7 @@ class GptT {
     AlignedVector<Real> x_attn;    // [T, d] after the attention residual
     AlignedVector<Real> norm2;     // [T, d]
     AlignedVector<Real> rstd2;     // [T]
-    AlignedVector<Real> h_pre;     // [T, 4d] c_fc · norm2
-    AlignedVector<Real> h;         // [T, 4d] relu²(h_pre)
+    AlignedVector<Real> h;         // [T, 4d] relu²(c_fc · norm2)
     AlignedVector<Real> x_out;     // [T, d] block output
   };
 

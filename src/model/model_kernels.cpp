@@ -58,14 +58,14 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
                 int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                 float beta, float* C, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue) {
   const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
-  // The epilogue reads or writes one more M×N tensor.
+  // The relu² gradient reads one more M×N tensor.
+  const double extra = epilogue.relu_squared_output != nullptr ? 1.0 : 0.0;
   ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
-                     4.0 * (m * k + k * n + (beta == 0.0f ? 2.0 : 3.0) * m * n));
+                     4.0 * (m * k + k * n + (beta == 0.0f ? 1.0 : 2.0) * m * n + extra * m * n));
   GemmEpilogue ep;
   ep.relu_squared = epilogue.relu_squared;
-  ep.ld_relu_squared = epilogue.ld;
-  ep.relu_squared_input = epilogue.relu_squared_input;
-  ep.ld_relu_squared_input = epilogue.ld;
+  ep.relu_squared_output = epilogue.relu_squared_output;
+  ep.ld_relu_squared_output = epilogue.ld;
   if (precision == Precision::kBf16) {
     gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &ep);
   } else {

@@ -33,13 +33,13 @@ struct LossArgs {
 };
 
 // The MLP's activation fused into its products (kernels/gemm.hpp, GemmEpilogue): with
-// relu_squared, the product C also gives relu²(C) there (c_fc's forward); with
-// relu_squared_input X, C (the gradient of relu²(X)) becomes the gradient of X,
-// (2·X)·C where X > 0, else 0 (c_proj's input gradient). ld is shared by both.
+// relu_squared, the product C becomes relu²(C) in place (c_fc's forward: the pre-activation is
+// never stored); with relu_squared_output H, C (the gradient of H = relu²(X)) becomes the
+// gradient of X, 2·√H·C where H > 0, else 0 (c_proj's input gradient).
 template <class Real>
 struct ReluSquaredEpilogue {
-  Real* relu_squared = nullptr;
-  const Real* relu_squared_input = nullptr;
+  bool relu_squared = false;
+  const Real* relu_squared_output = nullptr;
   int64_t ld = 0;
 };
 

@@ -71,13 +71,13 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       double& c = C[i * ldc + j];
-      if (epilogue.relu_squared_input != nullptr) {
-        const double x = epilogue.relu_squared_input[i * epilogue.ld + j];
-        c = x > 0.0 ? 2.0 * x * c : 0.0;
+      if (epilogue.relu_squared_output != nullptr) {
+        const double h = epilogue.relu_squared_output[i * epilogue.ld + j];
+        c = h > 0.0 ? 2.0 * std::sqrt(h) * c : 0.0;
       }
-      if (epilogue.relu_squared != nullptr) {
+      if (epilogue.relu_squared) {
         const double r = std::max(c, 0.0);
-        epilogue.relu_squared[i * epilogue.ld + j] = r * r;
+        c = r * r;
       }
     }
   }

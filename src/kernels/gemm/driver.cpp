@@ -159,9 +159,8 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
 
   // A C larger than this (beyond the caches) and only written is stored non-temporally.
   constexpr int64_t kStreamBytes = int64_t{8} << 20;
-  const bool stream_c = kernel.stream != nullptr && beta == 0.0f && epilogue == nullptr &&
-                        M * N * 4 >= kStreamBytes && ldc % 16 == 0 &&
-                        reinterpret_cast<uintptr_t>(C) % 64 == 0;
+  const bool stream_c = kernel.stream != nullptr && beta == 0.0f && M * N * 4 >= kStreamBytes &&
+                        ldc % 16 == 0 && reinterpret_cast<uintptr_t>(C) % 64 == 0;
   ThreadPool& pool = ThreadPool::current();
   const int64_t m_blocks = ceil_div(M, blk.mc);
   for (int64_t s0 = 0; s0 < N; s0 += ns) {
@@ -217,7 +216,8 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
       auto finish_pending = [&] {
         if (pending.acc == nullptr) return;
         if (stream_c && pending.cols == nr && (pending.j % 16) == 0) {
-          kernel.stream(pending.acc, pending.ld, pending.rows, pending.cols, alpha, pending.c, ldc);
+          kernel.stream(pending.acc, pending.ld, pending.rows, pending.cols, alpha, beta, pending.c,
+                        ldc, epilogue, pending.i, pending.j);
           pending.acc = nullptr;
           return;
         }

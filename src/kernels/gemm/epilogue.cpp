@@ -35,15 +35,16 @@ __attribute__((always_inline)) inline void finish_portable(const float* acc, int
       const float* d = ep->addend + (row + r) * ep->ld_addend + col;
       for (int64_t j = 0; j < cols; ++j) o[j] = std::fma(ep->addend_scale, d[j], o[j]);
     }
-    if (ep->relu_squared_input != nullptr) {
-      const float* x = ep->relu_squared_input + (row + r) * ep->ld_relu_squared_input + col;
-      for (int64_t j = 0; j < cols; ++j) o[j] = x[j] > 0.0f ? (2.0f * x[j]) * o[j] : 0.0f;
+    if (ep->relu_squared_output != nullptr) {
+      const float* h = ep->relu_squared_output + (row + r) * ep->ld_relu_squared_output + col;
+      for (int64_t j = 0; j < cols; ++j) {
+        o[j] = h[j] > 0.0f ? (2.0f * std::sqrt(h[j])) * o[j] : 0.0f;
+      }
     }
-    if (ep->relu_squared != nullptr) {
-      float* rs = ep->relu_squared + (row + r) * ep->ld_relu_squared + col;
+    if (ep->relu_squared) {
       for (int64_t j = 0; j < cols; ++j) {
         const float v = std::max(o[j], 0.0f);
-        rs[j] = v * v;
+        o[j] = v * v;
       }
     }
     if (ep->c_bf16 != nullptr) {
@@ -70,39 +71,45 @@ __attribute__((target("avx2,fma"))) void finish_tile_avx2(const float* acc, int6
   finish_portable<1>(acc, ld_acc, rows, cols, alpha, beta, c, ldc, ep, row, col);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void finish_tile_avx512(
+namespace {
+
+template <bool kStream>
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void finish_avx512(
     const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha, float beta, float* c,
     int64_t ldc, const GemmEpilogue* ep, int64_t row, int64_t col) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
   const __m512 two = _mm512_set1_ps(2.0f);
   const float* add_base = ep != nullptr ? ep->addend : nullptr;
   const __m512 add_scale = _mm512_set1_ps(ep != nullptr ? ep->addend_scale : 0.0f);
-  const float* rx_base = ep != nullptr ? ep->relu_squared_input : nullptr;
-  float* rs_base = ep != nullptr ? ep->relu_squared : nullptr;
+  const float* rh_base = ep != nullptr ? ep->relu_squared_output : nullptr;
+  const bool relu_squared = ep != nullptr && ep->relu_squared;
   bf16* cb_base = ep != nullptr ? ep->c_bf16 : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = acc + r * ld_acc;
     float* o = c + r * ldc;
     const float* add = add_base != nullptr ? add_base + (row + r) * ep->ld_addend + col : nullptr;
-    const float* rx =
-        rx_base != nullptr ? rx_base + (row + r) * ep->ld_relu_squared_input + col : nullptr;
-    float* rs = rs_base != nullptr ? rs_base + (row + r) * ep->ld_relu_squared + col : nullptr;
+    const float* rh =
+        rh_base != nullptr ? rh_base + (row + r) * ep->ld_relu_squared_output + col : nullptr;
     bf16* cb = cb_base != nullptr ? cb_base + (row + r) * ep->ld_c_bf16 + col : nullptr;
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 m = cols - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - j)) - 1);
       __m512 v = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, a + j));
       if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, o + j), v);
       if (add != nullptr) v = _mm512_fmadd_ps(add_scale, _mm512_maskz_loadu_ps(m, add + j), v);
-      if (rx != nullptr) {
-        const __m512 x = _mm512_maskz_loadu_ps(m, rx + j);
+      if (rh != nullptr) {
+        const __m512 h = _mm512_maskz_loadu_ps(m, rh + j);
         // Ordered compare: false for NaN, so those lanes become 0 as in the portable loop.
-        const __mmask16 pos = _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ);
-        v = _mm512_maskz_mul_ps(pos, _mm512_mul_ps(two, x), v);
+        const __mmask16 pos = _mm512_cmp_ps_mask(h, zero, _CMP_GT_OQ);
+        v = _mm512_maskz_mul_ps(pos, _mm512_mul_ps(two, _mm512_sqrt_ps(h)), v);
       }
-      _mm512_mask_storeu_ps(o + j, m, v);
-      if (rs != nullptr) {
+      if (relu_squared) {
         const __m512 p = _mm512_max_ps(zero, v);  // NaN stays NaN, as std::max(NaN, 0)
-        _mm512_mask_storeu_ps(rs + j, m, _mm512_mul_ps(p, p));
+        v = _mm512_mul_ps(p, p);
+      }
+      if (kStream && m == 0xFFFF) {
+        _mm512_stream_ps(o + j, v);
+      } else {
+        _mm512_mask_storeu_ps(o + j, m, v);
       }
       if (cb != nullptr) {
         const __m512i h = _mm512_srli_epi32(bf16_round_hi(_mm512_castps_si512(v)), 16);
@@ -112,15 +119,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void finish_tile_avx512(
   }
 }
 
-__attribute__((target("avx512f"))) void stream_tile_avx512(const float* acc, int64_t ld_acc,
-                                                           int64_t rows, int64_t cols, float alpha,
-                                                           float* c, int64_t ldc) {
-  const __m512 va = _mm512_set1_ps(alpha);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < cols; j += 16) {
-      _mm512_stream_ps(c + r * ldc + j, _mm512_mul_ps(va, _mm512_loadu_ps(acc + r * ld_acc + j)));
-    }
-  }
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void finish_tile_avx512(
+    const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha, float beta, float* c,
+    int64_t ldc, const GemmEpilogue* ep, int64_t row, int64_t col) {
+  finish_avx512<false>(acc, ld_acc, rows, cols, alpha, beta, c, ldc, ep, row, col);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void stream_tile_avx512(
+    const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha, float beta, float* c,
+    int64_t ldc, const GemmEpilogue* ep, int64_t row, int64_t col) {
+  finish_avx512<true>(acc, ld_acc, rows, cols, alpha, beta, c, ldc, ep, row, col);
 }
 
 }  // namespace nanogpt

@@ -19,11 +19,12 @@ void finish_tile_avx512(const float* acc, int64_t ld_acc, int64_t rows, int64_t 
                         float beta, float* c, int64_t ldc, const GemmEpilogue* ep, int64_t row,
                         int64_t col);
 
-// C = alpha·acc for whole tiles (cols a multiple of 16) of a C whose rows are 64-byte aligned,
-// with non-temporal stores: a C too large for the caches is then written without first being
-// read (no read-for-ownership), halving its memory traffic. Same values as finish_tile_avx512.
-// The caller fences (_mm_sfence) before C is read by another thread.
+// finish_tile_avx512 storing C's full 16-value rows with non-temporal stores, for a C whose
+// rows are 64-byte aligned, beta = 0, too large for the caches: it is then written without first
+// being read (no read-for-ownership), halving its memory traffic. Same values. The caller fences
+// (_mm_sfence) before C is read by another thread.
 void stream_tile_avx512(const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha,
-                        float* c, int64_t ldc);
+                        float beta, float* c, int64_t ldc, const GemmEpilogue* ep, int64_t row,
+                        int64_t col);
 
 }  // namespace nanogpt

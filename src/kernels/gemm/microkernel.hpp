@@ -61,8 +61,7 @@ struct MicroKernel {
   PanelPackFn pack_b[3] = {};
   FinishFn finish = nullptr;
   // Optional: finish with non-temporal stores (epilogue.hpp, stream_tile_avx512), for large C.
-  void (*stream)(const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha,
-                 float* c, int64_t ldc) = nullptr;
+  FinishFn stream = nullptr;
   // Per-thread set-up before the first micro-kernel call of a task and clean-up after its
   // last (AMX: load and release the tile configuration, which is per thread).
   void (*begin_task)() = nullptr;
