@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
+#include "kernels/dot.hpp"
 #include "kernels/relu_squared.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rotary.hpp"
@@ -23,6 +25,24 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
+
+// The run-time-dispatched float dot product sums the same lanes as the portable template, so
+// it gives the same bits; both are within double rounding of a plain sequential sum.
+TEST(DotDouble, DispatchedCloneEqualsThePortableLanesAndTheReference) {
+  for (int64_t n : {1, 7, 8, 9, 255, 256, 1031}) {
+    const auto a = random_vector(static_cast<size_t>(n), 40 + static_cast<uint32_t>(n), 2.0f);
+    const auto b = random_vector(static_cast<size_t>(n), 90 + static_cast<uint32_t>(n), 0.5f);
+    const double got = dot_double(a.data(), b.data(), n);
+    const double lanes = dot_double_lanes(a.data(), b.data(), n);
+    EXPECT_EQ(std::memcmp(&got, &lanes, sizeof got), 0) << "n=" << n;
+    double plain = 0, magnitude = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      plain += double(a[i]) * b[i];
+      magnitude += std::abs(double(a[i]) * b[i]);
+    }
+    EXPECT_NEAR(got, plain, 4e-16 * static_cast<double>(n) * magnitude) << "n=" << n;
+  }
+}
 
 TEST(RmsNorm, ForwardMatchesDoubleReference) {
   for (int64_t dim : {1, 7, 32, 129}) {

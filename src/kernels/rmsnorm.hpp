@@ -1,10 +1,12 @@
 // Weightless RMSNorm, as the seed's norm(): y = x / sqrt(mean(x²) + eps), eps = float32
 // machine epsilon. Rows of `dim` elements, each with its own scale; `rstd` keeps 1/rms per row
-// for the backward. Sums run in double for either scalar type.
+// for the backward. Sums run in double for either scalar type, in fixed lanes (dot.hpp).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+
+#include "kernels/dot.hpp"
 
 namespace nanogpt {
 
@@ -17,8 +19,7 @@ void rmsnorm_forward(const Real* x, int64_t ld_x, Real* y, int64_t ld_y, Real* r
   for (int64_t r = 0; r < rows; ++r) {
     const Real* xr = x + r * ld_x;
     Real* yr = y + r * ld_y;
-    double ss = 0;
-    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const double ss = dot_double(xr, xr, dim);
     const Real s = static_cast<Real>(1.0 / std::sqrt(ss / static_cast<double>(dim) + kRmsNormEps));
     rstd[r] = s;
     for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * s;
@@ -34,8 +35,7 @@ void rmsnorm_backward(const Real* y, int64_t ld_y, const Real* rstd, const Real*
     const Real* yr = y + r * ld_y;
     const Real* dyr = dy + r * ld_dy;
     Real* dxr = dx + r * ld_dx;
-    double dot = 0;
-    for (int64_t i = 0; i < dim; ++i) dot += static_cast<double>(dyr[i]) * yr[i];
+    const double dot = dot_double(dyr, yr, dim);
     const Real mean = static_cast<Real>(dot / static_cast<double>(dim));
     const Real s = rstd[r];
     if (accumulate) {

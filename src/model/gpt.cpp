@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/dot.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "model/model_kernels.hpp"
 #include "runtime/error.hpp"
@@ -462,12 +463,9 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
           Real* drow = &dqkv_[t * 3 * HD];
           const Real* raw = &A.qkv_raw[t * 3 * HD];
           const Real* vrow = ve == nullptr ? nullptr : ve + tokens_[t] * d;
-          for (int64_t e = 0; e < HD; ++e) {
-            const Real gv = drow[2 * HD + e];
-            dla0 += static_cast<double>(gv) * raw[2 * HD + e];
-            if (vrow != nullptr) dla1 += static_cast<double>(gv) * vrow[e];
-            drow[2 * HD + e] = la0 * gv;
-          }
+          dla0 += dot_double(drow + 2 * HD, raw + 2 * HD, HD);
+          if (vrow != nullptr) dla1 += dot_double(drow + 2 * HD, vrow, HD);
+          for (int64_t e = 0; e < HD; ++e) drow[2 * HD + e] *= la0;
           // q, k: undo the rotation on the gradient, then the per-head norm. dtmp_ holds
           // each token's normalised q, k before RoPE.
           rotary_.apply_inverse(drow, 2 * H, t % seq_len_);
@@ -498,18 +496,18 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     Real* dskip_out = i >= n ? dskip_[static_cast<size_t>(L - 1 - i)].data() : nullptr;
     std::vector<std::array<double, 3>> partial(static_cast<size_t>(row_blocks(T)));
     for_row_blocks("residual_mix.bwd", T, 7 * d, [&](int64_t b, int64_t t0, int64_t t1) {
-      double dl0 = 0, dl1 = 0, dsw = 0;
-      for (int64_t j = t0 * d; j < t1 * d; ++j) {
+      const int64_t j0 = t0 * d, len = (t1 - t0) * d;
+      const double dl0 = dot_double(dx + j0, A.x_in.data() + j0, len);
+      const double dl1 = dot_double(dx + j0, x0_.data() + j0, len);
+      for (int64_t j = j0; j < j0 + len; ++j) {
         const Real gm = dx[j];
-        dl0 += static_cast<double>(gm) * A.x_in[j];
-        dl1 += static_cast<double>(gm) * x0_[j];
         dx0_[j] += l1 * gm;
-        const Real g_in = l0 * gm;  // d(x_in)
-        dx[j] = g_in;
-        if (src != nullptr) {
-          dsw += static_cast<double>(g_in) * src[j];
-          dskip_out[j] += s * g_in;
-        }
+        dx[j] = l0 * gm;  // d(x_in)
+      }
+      double dsw = 0;
+      if (src != nullptr) {
+        dsw = dot_double(dx + j0, src + j0, len);
+        for (int64_t j = j0; j < j0 + len; ++j) dskip_out[j] += s * dx[j];
       }
       partial[static_cast<size_t>(b)] = {dl0, dl1, dsw};
     });
