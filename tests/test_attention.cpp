@@ -17,6 +17,7 @@
 #include "kernels/matmul.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
+#include "test_support_kernels.hpp"
 
 namespace nanogpt {
 namespace {
@@ -425,7 +426,7 @@ TEST(Attention, EveryMicroKernelMatchesReference) {
   };
   std::vector<Config> configs;
   for (const MicroKernel& k : available_microkernels()) configs.push_back({k, Precision::kFp32});
-  for (const MicroKernel& k : available_bf16_microkernels()) {
+  for (const MicroKernel& k : bf16_microkernels_under_test()) {
     configs.push_back({k, Precision::kBf16});
   }
   for (const Config& config : configs) {
@@ -453,7 +454,7 @@ TEST(Attention, EveryMicroKernelMatchesReference) {
 
 TEST(Attention, RejectsKernelThatCannotTakeThePrecision) {
   // AMX multiplies bf16 only: asked for fp32 it must refuse, not round silently.
-  for (const MicroKernel& k : available_bf16_microkernels()) {
+  for (const MicroKernel& k : bf16_microkernels_under_test()) {
     if (k.pack_a[0] != nullptr) continue;
     Problem pr(10, 1, 8, 1, std::vector<int32_t>(10, 0), 3);
     std::vector<float> out(10 * 8), lse(10);

@@ -28,6 +28,7 @@
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
+#include "test_support_kernels.hpp"
 
 namespace nanogpt {
 namespace {
@@ -179,7 +180,7 @@ TEST(Gemm, EveryFp32KernelMatchesReferenceOnAwkwardShapes) {
 
 TEST(Gemm, EveryBf16KernelMatchesReferenceOnAwkwardShapes) {
   uint32_t seed = 1000;
-  for (const MicroKernel& kernel : available_bf16_microkernels()) {
+  for (const MicroKernel& kernel : bf16_microkernels_under_test()) {
     for (Trans ta : {Trans::kNo, Trans::kYes}) {
       for (Trans tb : {Trans::kNo, Trans::kYes}) {
         int variant = 0;
@@ -198,7 +199,7 @@ TEST(Gemm, EveryBf16KernelMatchesReferenceOnAwkwardShapes) {
 }
 
 TEST(Gemm, ZeroDepthScalesC) {
-  for (const MicroKernel& kernel : available_bf16_microkernels()) {
+  for (const MicroKernel& kernel : bf16_microkernels_under_test()) {
     Problem p(Trans::kNo, Trans::kNo, 5, 6, 0, 1.0f, 0.5f, 7);
     std::vector<float> got = p.C0;
     gemm_bf16_with(kernel, p.ta, p.tb, p.M, p.N, 0, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb,
@@ -261,7 +262,7 @@ TEST(Gemm, FusedEpilogueOnEveryKernel) {
     for (Trans tb : {Trans::kNo, Trans::kYes}) {
       for (const MicroKernel& k : available_microkernels())
         check_epilogue(k, false, ta, tb, seed++);
-      for (const MicroKernel& k : available_bf16_microkernels())
+      for (const MicroKernel& k : bf16_microkernels_under_test())
         check_epilogue(k, true, ta, tb, seed++);
     }
   }
@@ -305,7 +306,7 @@ TEST(Gemm, AddendEpilogueOnEveryKernel) {
   for (Trans ta : {Trans::kNo, Trans::kYes}) {
     for (Trans tb : {Trans::kNo, Trans::kYes}) {
       for (const MicroKernel& k : available_microkernels()) check_addend(k, false, ta, tb, seed++);
-      for (const MicroKernel& k : available_bf16_microkernels())
+      for (const MicroKernel& k : bf16_microkernels_under_test())
         check_addend(k, true, ta, tb, seed++);
     }
   }
@@ -364,7 +365,7 @@ TEST(Gemm, ReluSquaredGradEpilogueOnEveryKernel) {
     for (Trans tb : {Trans::kNo, Trans::kYes}) {
       for (const MicroKernel& k : available_microkernels())
         check_relu_squared_grad(k, false, ta, tb, seed++);
-      for (const MicroKernel& k : available_bf16_microkernels())
+      for (const MicroKernel& k : bf16_microkernels_under_test())
         check_relu_squared_grad(k, true, ta, tb, seed++);
     }
   }
@@ -379,7 +380,7 @@ TEST(Gemm, StreamedLargeOutputsEqualCachedOnes) {
   const std::vector<float> A = random_matrix(M * K, rng), B = random_matrix(K * N, rng);
   AlignedVector<float> streamed(M * N);  // rows on cache lines, as streaming needs
   std::vector<float> cached(M * (N + 1));
-  for (const MicroKernel& kernel : available_bf16_microkernels()) {
+  for (const MicroKernel& kernel : bf16_microkernels_under_test()) {
     if (kernel.stream == nullptr) continue;
     for (bool relu : {false, true}) {
       GemmEpilogue ep;

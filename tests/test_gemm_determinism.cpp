@@ -15,6 +15,7 @@
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm_bf16.hpp"
 #include "runtime/thread_pool.hpp"
+#include "test_support_kernels.hpp"
 
 namespace nanogpt {
 namespace {
@@ -54,7 +55,7 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
 std::vector<std::pair<MicroKernel, PackSource>> every_kernel() {
   std::vector<std::pair<MicroKernel, PackSource>> out;
   for (const MicroKernel& k : available_microkernels()) out.emplace_back(k, PackSource::kF32);
-  for (const MicroKernel& k : available_bf16_microkernels())
+  for (const MicroKernel& k : bf16_microkernels_under_test())
     out.emplace_back(k, PackSource::kF32ToBf16);
   return out;
 }

@@ -73,6 +73,9 @@ MicroKernel microkernel_avx2();
 MicroKernel microkernel_avx512();
 MicroKernel microkernel_avx512_bf16();
 MicroKernel microkernel_amx();
+// For tests on CPUs without AMX: the AMX kernel's own code, packers and layouts on a software
+// model of the tile unit (microkernel_amx.cpp). Needs AVX-512 BW, VL and BF16 for its packers.
+MicroKernel microkernel_amx_emulated();
 
 // The fp32 kernel in use: the best one at or below isa_cap() (an error if NANOGPT_ISA names an
 // ISA the CPU lacks).

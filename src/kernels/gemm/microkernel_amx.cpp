@@ -47,9 +47,13 @@ __attribute__((target("amx-tile"))) void end_task() {
   _tile_release();
 }
 
-__attribute__((target("amx-tile,amx-bf16"))) void kernel(int64_t kc, const void* a_v,
-                                                         const void* b_v, float* acc,
-                                                         int64_t ld_acc, bool accumulate) {
+// The micro-kernel, written once over a tile unit: Tiles is the hardware (HardwareTiles) or, for
+// tests on CPUs without AMX, a software model of it (EmulatedTiles), so the addressing of the
+// packed panels and of the accumulator is the same code either way.
+template <class Tiles>
+__attribute__((always_inline)) inline void tile_kernel(int64_t kc, const void* a_v, const void* b_v,
+                                                       float* acc, int64_t ld_acc,
+                                                       bool accumulate) {
   const char* a = static_cast<const char*>(a_v);
   const char* b = static_cast<const char*>(b_v);
   const int64_t ld = ld_acc * static_cast<int64_t>(sizeof(float));
@@ -58,34 +62,152 @@ __attribute__((target("amx-tile,amx-bf16"))) void kernel(int64_t kc, const void*
   // they make to the packed panels and to acc from the code around.
   __asm__ volatile("" ::: "memory");
   if (accumulate) {
-    _tile_loadd(0, c, ld);
-    _tile_loadd(1, c + 64, ld);
-    _tile_loadd(2, c + 16 * ld, ld);
-    _tile_loadd(3, c + 16 * ld + 64, ld);
+    Tiles::load(0, c, ld);
+    Tiles::load(1, c + 64, ld);
+    Tiles::load(2, c + 16 * ld, ld);
+    Tiles::load(3, c + 16 * ld + 64, ld);
   } else {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    Tiles::zero(0);
+    Tiles::zero(1);
+    Tiles::zero(2);
+    Tiles::zero(3);
   }
   // One k step is 2 KiB of A (two tiles) and 2 KiB of B.
   for (int64_t s = 0; s < kc / kKStep; ++s) {
     const char* as = a + s * 2048;
     const char* bs = b + s * 2048;
-    _tile_loadd(4, as, kTileBytes);
-    _tile_loadd(6, bs, kTileBytes);
-    _tile_loadd(5, as + 1024, kTileBytes);
-    _tile_loadd(7, bs + 1024, kTileBytes);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    Tiles::load(4, as, kTileBytes);
+    Tiles::load(6, bs, kTileBytes);
+    Tiles::load(5, as + 1024, kTileBytes);
+    Tiles::load(7, bs + 1024, kTileBytes);
+    Tiles::dpbf16(0, 4, 6);
+    Tiles::dpbf16(1, 4, 7);
+    Tiles::dpbf16(2, 5, 6);
+    Tiles::dpbf16(3, 5, 7);
   }
-  _tile_stored(0, c, ld);
-  _tile_stored(1, c + 64, ld);
-  _tile_stored(2, c + 16 * ld, ld);
-  _tile_stored(3, c + 16 * ld + 64, ld);
+  Tiles::store(0, c, ld);
+  Tiles::store(1, c + 64, ld);
+  Tiles::store(2, c + 16 * ld, ld);
+  Tiles::store(3, c + 16 * ld + 64, ld);
   __asm__ volatile("" ::: "memory");
+}
+
+// GCC's tile intrinsics paste the tile number into the instruction's text, so it must be a
+// literal: a switch per operation, which constant arguments fold away.
+#define NANOGPT_TILE_CASES(op) \
+  switch (t) {                 \
+    case 0:                    \
+      op(0);                   \
+      break;                   \
+    case 1:                    \
+      op(1);                   \
+      break;                   \
+    case 2:                    \
+      op(2);                   \
+      break;                   \
+    case 3:                    \
+      op(3);                   \
+      break;                   \
+    case 4:                    \
+      op(4);                   \
+      break;                   \
+    case 5:                    \
+      op(5);                   \
+      break;                   \
+    case 6:                    \
+      op(6);                   \
+      break;                   \
+    default:                   \
+      op(7);                   \
+      break;                   \
+  }
+
+// The tile instructions are asm statements in GCC's headers (macros, not target-specific
+// builtins), so these need no target attribute and inline into the shared kernel body.
+struct HardwareTiles {
+#define NANOGPT_AMX __attribute__((always_inline)) static inline
+  NANOGPT_AMX void load(int t, const void* p, int64_t stride){
+#define NANOGPT_LOAD(n) _tile_loadd(n, p, stride)
+      NANOGPT_TILE_CASES(NANOGPT_LOAD)
+#undef NANOGPT_LOAD
+  } NANOGPT_AMX void store(int t, void* p, int64_t stride){
+#define NANOGPT_STORE(n) _tile_stored(n, p, stride)
+      NANOGPT_TILE_CASES(NANOGPT_STORE)
+#undef NANOGPT_STORE
+  } NANOGPT_AMX void zero(int t){
+#define NANOGPT_ZERO(n) _tile_zero(n)
+      NANOGPT_TILE_CASES(NANOGPT_ZERO)
+#undef NANOGPT_ZERO
+  }  // Only the operand combinations the kernel uses; any other is a bug (constant arguments fold
+  // this to the one instruction).
+  NANOGPT_AMX void dpbf16(int c, int a, int b) {
+    if (c == 0 && a == 4 && b == 6) {
+      _tile_dpbf16ps(0, 4, 6);
+    } else if (c == 1 && a == 4 && b == 7) {
+      _tile_dpbf16ps(1, 4, 7);
+    } else if (c == 2 && a == 5 && b == 6) {
+      _tile_dpbf16ps(2, 5, 6);
+    } else if (c == 3 && a == 5 && b == 7) {
+      _tile_dpbf16ps(3, 5, 7);
+    } else {
+      __builtin_trap();
+    }
+  }
+#undef NANOGPT_AMX
+};
+#undef NANOGPT_TILE_CASES
+
+__attribute__((target("amx-tile,amx-bf16"))) void kernel(int64_t kc, const void* a, const void* b,
+                                                         float* acc, int64_t ld_acc,
+                                                         bool accumulate) {
+  tile_kernel<HardwareTiles>(kc, a, b, acc, ld_acc, accumulate);
+}
+
+// A software model of the eight tiles as begin_task configures them (16 rows of 64 bytes), with
+// TDPBF16PS as Intel's SDM defines it: for each row m of C, each k pair and each column n,
+// C[m][n] += A[m][2k]·B[k][2n] + A[m][2k+1]·B[k][2n+1], the products and sums in fp32 in that
+// order.
+struct EmulatedTiles {
+  struct Tile {
+    alignas(64) uint8_t bytes[16][64];
+  };
+  static Tile* tiles() {
+    thread_local Tile t[8];
+    return t;
+  }
+  static void load(int t, const void* p, int64_t stride) {
+    for (int r = 0; r < 16; ++r) {
+      std::memcpy(tiles()[t].bytes[r], static_cast<const char*>(p) + r * stride, 64);
+    }
+  }
+  static void store(int t, void* p, int64_t stride) {
+    for (int r = 0; r < 16; ++r) {
+      std::memcpy(static_cast<char*>(p) + r * stride, tiles()[t].bytes[r], 64);
+    }
+  }
+  static void zero(int t) { std::memset(tiles()[t].bytes, 0, sizeof(Tile::bytes)); }
+  static void dpbf16(int c, int a, int b) {
+    for (int m = 0; m < 16; ++m) {
+      float row[16];
+      std::memcpy(row, tiles()[c].bytes[m], sizeof row);
+      bf16 av[32];
+      std::memcpy(av, tiles()[a].bytes[m], sizeof av);
+      for (int k = 0; k < 16; ++k) {
+        bf16 bv[32];
+        std::memcpy(bv, tiles()[b].bytes[k], sizeof bv);
+        for (int n = 0; n < 16; ++n) {
+          row[n] += to_float(av[2 * k]) * to_float(bv[2 * n]);
+          row[n] += to_float(av[2 * k + 1]) * to_float(bv[2 * n + 1]);
+        }
+      }
+      std::memcpy(tiles()[c].bytes[m], row, sizeof row);
+    }
+  }
+};
+
+void emulated_kernel(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
+                     bool accumulate) {
+  tile_kernel<EmulatedTiles>(kc, a, b, acc, ld_acc, accumulate);
 }
 
 layout::Layout a_layout(int64_t rows, int64_t k) {
@@ -113,6 +235,15 @@ MicroKernel microkernel_amx() {
   m.stream = stream_tile_avx512;
   m.begin_task = begin_task;
   m.end_task = end_task;
+  return m;
+}
+
+MicroKernel microkernel_amx_emulated() {
+  MicroKernel m = microkernel_amx();
+  m.isa = "amx_emulated";
+  m.fn = emulated_kernel;
+  m.begin_task = nullptr;
+  m.end_task = nullptr;
   return m;
 }
 
