@@ -31,6 +31,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/attention_internal.hpp"
 #include "kernels/gemm/microkernel.hpp"
+#include "load_average.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace {
@@ -96,13 +97,6 @@ double cpu_ms() {
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
 }
 
-double loadavg() {
-  std::ifstream in("/proc/loadavg");
-  double load = -1;
-  in >> load;
-  return load;
-}
-
 struct Shape {
   const char* name;
   int64_t T, H, D, W;
@@ -155,7 +149,7 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
   std::vector<float> out(static_cast<size_t>(T * H * D)), lse(static_cast<size_t>(H * T));
   std::vector<float> grads(static_cast<size_t>(T * ld));
 
-  const double load_before = loadavg();
+  const double load_before = nanogpt::bench::load_average();
   using Clock = std::chrono::steady_clock;
   std::vector<double> fwd, bwd, both, fwd_cpu, bwd_cpu;
   for (int rep = 0; rep < o.warmup + o.repeats; ++rep) {
@@ -175,7 +169,7 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
     fwd_cpu.push_back(c1 - c0);
     bwd_cpu.push_back(c2 - c1);
   }
-  const double load_after = loadavg();
+  const double load_after = nanogpt::bench::load_average();
 
   const double pair_dims = visible_pairs(p) * static_cast<double>(H * D);
   const Stats f = stats(fwd), b = stats(bwd), fb = stats(both);

@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/fused_linear_cross_entropy.hpp"
+#include "load_average.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace {
@@ -112,15 +113,6 @@ int64_t status_bytes(const char* field) {
   return -1;
 }
 
-// The 1-minute load average: other processes on the machine skew the timings, and this says
-// by how much they were competing.
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double load = -1;
-  in >> load;
-  return load;
-}
-
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -196,7 +188,7 @@ Result measure(const Options& o, bool fused) {
     r.hwm_reset = clear.good() ? 1 : 0;
   }
   r.baseline_rss = status_bytes("VmRSS");
-  r.load_before = load_average();
+  r.load_before = nanogpt::bench::load_average();
 
   auto call = [&]() {
     return fused ? nanogpt::fused_linear_cross_entropy_backward(p, dx.data(), dW.data())
@@ -225,7 +217,7 @@ Result measure(const Options& o, bool fused) {
   r.min_seconds = seconds.front();
   r.max_seconds = seconds.back();
   r.peak_hwm = status_bytes("VmHWM");
-  r.load_after = load_average();
+  r.load_after = nanogpt::bench::load_average();
   return r;
 }
 

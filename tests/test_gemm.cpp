@@ -213,6 +213,18 @@ TEST(Gemm, ZeroDepthScalesC) {
   }
 }
 
+// C = alpha·op(A)·op(B) + beta·C of problem p on one kernel, fp32 or bf16, with an epilogue.
+void run_with(const MicroKernel& kernel, bool bf16_gemm, const Problem& p, std::vector<float>& c,
+              const GemmEpilogue* ep) {
+  if (bf16_gemm) {
+    gemm_bf16_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                   p.beta, c.data(), p.ldc, ep);
+  } else {
+    gemm_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+              p.beta, c.data(), p.ldc, ep);
+  }
+}
+
 // The fused epilogue makes C max(C, 0)² in place and writes bf16 of that final C, inside M×N
 // only: bit for bit the plain product's C so transformed.
 void check_epilogue(const MicroKernel& kernel, bool bf16_gemm, Trans ta, Trans tb, uint32_t seed) {
@@ -224,17 +236,8 @@ void check_epilogue(const MicroKernel& kernel, bool bf16_gemm, Trans ta, Trans t
   ep.c_bf16 = half.data();
   ep.ld_c_bf16 = ld_h;
   std::vector<float> got = p.C0, plain = p.C0;
-  if (bf16_gemm) {
-    gemm_bf16_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
-                   p.beta, got.data(), p.ldc, &ep);
-    gemm_bf16_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
-                   p.beta, plain.data(), p.ldc);
-  } else {
-    gemm_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta,
-              got.data(), p.ldc, &ep);
-    gemm_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta,
-              plain.data(), p.ldc);
-  }
+  run_with(kernel, bf16_gemm, p, got, &ep);
+  run_with(kernel, bf16_gemm, p, plain, nullptr);
   size_t negative = 0;
   for (int64_t i = 0; i < p.M; ++i) {
     for (int64_t j = 0; j < p.ldc; ++j) {
@@ -280,17 +283,8 @@ void check_addend(const MicroKernel& kernel, bool bf16_gemm, Trans ta, Trans tb,
   ep.ld_addend = ld_d;
   ep.addend_scale = -1.25f;
   std::vector<float> got = p.C0, plain = p.C0;
-  auto run = [&](std::vector<float>& c, const GemmEpilogue* e) {
-    if (bf16_gemm) {
-      gemm_bf16_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
-                     p.beta, c.data(), p.ldc, e);
-    } else {
-      gemm_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
-                p.beta, c.data(), p.ldc, e);
-    }
-  };
-  run(got, &ep);
-  run(plain, nullptr);
+  run_with(kernel, bf16_gemm, p, got, &ep);
+  run_with(kernel, bf16_gemm, p, plain, nullptr);
   for (int64_t i = 0; i < p.M; ++i) {
     for (int64_t j = 0; j < p.ldc; ++j) {
       const size_t idx = static_cast<size_t>(i * p.ldc + j);
@@ -331,18 +325,9 @@ void check_relu_squared_grad(const MicroKernel& kernel, bool bf16_gemm, Trans ta
   both = grad_only;
   both.relu_squared = true;
   std::vector<float> got = p.C0, squared = p.C0, plain = p.C0;
-  auto run = [&](std::vector<float>& c, const GemmEpilogue* e) {
-    if (bf16_gemm) {
-      gemm_bf16_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
-                     p.beta, c.data(), p.ldc, e);
-    } else {
-      gemm_with(kernel, ta, tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
-                p.beta, c.data(), p.ldc, e);
-    }
-  };
-  run(got, &grad_only);
-  run(squared, &both);
-  run(plain, nullptr);
+  run_with(kernel, bf16_gemm, p, got, &grad_only);
+  run_with(kernel, bf16_gemm, p, squared, &both);
+  run_with(kernel, bf16_gemm, p, plain, nullptr);
   for (int64_t i = 0; i < p.M; ++i) {
     for (int64_t j = 0; j < p.ldc; ++j) {
       const size_t idx = static_cast<size_t>(i * p.ldc + j);
