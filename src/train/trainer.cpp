@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "data/token_loader.hpp"
+#include "kernels/gemm/microkernel.hpp"
 #include "model/gpt.hpp"
 #include "model/model_io.hpp"
 #include "optim/gpt_optimizer.hpp"
@@ -250,6 +251,11 @@ TrainResult train(const TrainOptions& options) {
     run["revision"] = NANOGPT_GIT_REVISION;
     run["cpu"] = cpu_info().model_name;
     run["threads"] = ThreadPool::current().size();
+    // What `precision: auto` and the ISA dispatch chose here: a resume elsewhere may differ.
+    const Precision precision = resolved_precision(c);
+    run["precision"] = precision_name(precision);
+    run["gemm_kernel"] =
+        precision == Precision::kBf16 ? active_bf16_microkernel().isa : active_microkernel().isa;
     run["command"] = options.command_line;
     run["train"] = options.train_pattern;
     run["val"] = options.val_pattern;
