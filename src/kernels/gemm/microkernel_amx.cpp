@@ -50,10 +50,13 @@ __attribute__((target("amx-tile"))) void end_task() {
 // The micro-kernel, written once over a tile unit: Tiles is the hardware (HardwareTiles) or, for
 // tests on CPUs without AMX, a software model of it (EmulatedTiles), so the addressing of the
 // packed panels and of the accumulator is the same code either way.
+// Compiled for AMX whichever unit it drives (clang's tile intrinsics are target builtins); the
+// model only uses scalar code, and tests run it only on CPUs with AVX-512 BF16.
+#define NANOGPT_AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
+
 template <class Tiles>
-__attribute__((always_inline)) inline void tile_kernel(int64_t kc, const void* a_v, const void* b_v,
-                                                       float* acc, int64_t ld_acc,
-                                                       bool accumulate) {
+NANOGPT_AMX_TARGET __attribute__((always_inline)) inline void tile_kernel(
+    int64_t kc, const void* a_v, const void* b_v, float* acc, int64_t ld_acc, bool accumulate) {
   const char* a = static_cast<const char*>(a_v);
   const char* b = static_cast<const char*>(b_v);
   const int64_t ld = ld_acc * static_cast<int64_t>(sizeof(float));
@@ -122,10 +125,8 @@ __attribute__((always_inline)) inline void tile_kernel(int64_t kc, const void* a
       break;                   \
   }
 
-// The tile instructions are asm statements in GCC's headers (macros, not target-specific
-// builtins), so these need no target attribute and inline into the shared kernel body.
 struct HardwareTiles {
-#define NANOGPT_AMX __attribute__((always_inline)) static inline
+#define NANOGPT_AMX NANOGPT_AMX_TARGET __attribute__((always_inline)) static inline
   NANOGPT_AMX void load(int t, const void* p, int64_t stride){
 #define NANOGPT_LOAD(n) _tile_loadd(n, p, stride)
       NANOGPT_TILE_CASES(NANOGPT_LOAD)
@@ -157,9 +158,8 @@ struct HardwareTiles {
 };
 #undef NANOGPT_TILE_CASES
 
-__attribute__((target("amx-tile,amx-bf16"))) void kernel(int64_t kc, const void* a, const void* b,
-                                                         float* acc, int64_t ld_acc,
-                                                         bool accumulate) {
+NANOGPT_AMX_TARGET void kernel(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
+                               bool accumulate) {
   tile_kernel<HardwareTiles>(kc, a, b, acc, ld_acc, accumulate);
 }
 
@@ -205,8 +205,8 @@ struct EmulatedTiles {
   }
 };
 
-void emulated_kernel(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
-                     bool accumulate) {
+NANOGPT_AMX_TARGET void emulated_kernel(int64_t kc, const void* a, const void* b, float* acc,
+                                        int64_t ld_acc, bool accumulate) {
   tile_kernel<EmulatedTiles>(kc, a, b, acc, ld_acc, accumulate);
 }
 
