@@ -87,9 +87,9 @@ void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end,
 // A multiple of every kernel's k step (at most 32), so packed offsets stay linear in k.
 constexpr int64_t kPackChunk = 64;
 
-// Packs panels (`first` row of each panel, rows/columns `valid`) of Y into their places: whole
-// panels from an i-major source, k chunk by k chunk across the panels from a k-major one.
-// offset(p, k) is where panel p's k-th column starts in the packed buffer, in bytes.
+// Packs the given panels of Y (panel p: `valid(p)` of the rows from p·width) into their places:
+// whole panels from an i-major source, k chunk by k chunk across the panels from a k-major one.
+// offset(p, k) is where panel p's k-th column starts in the packed buffer.
 template <class Valid, class Offset>
 void pack_panels(PanelPackFn fn, const void* src, int64_t ld, Trans trans, int64_t source_bytes,
                  const int64_t* panels, size_t count, int64_t width, const Valid& valid,
