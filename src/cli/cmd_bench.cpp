@@ -12,6 +12,7 @@
 #include "model/flop_count.hpp"
 #include "model/gpt.hpp"
 #include "optim/gpt_optimizer.hpp"
+#include "runtime/build_info.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
@@ -207,7 +208,7 @@ void register_bench_train(CLI::App& bench) {
     j["loadavg_before"] = load_before;
     j["loadavg_after"] = load_after;
     j["version"] = NANOGPT_VERSION;
-    j["revision"] = NANOGPT_GIT_REVISION;
+    j["revision"] = build_revision();
     std::printf("%s\n", j.dump().c_str());
   });
 }

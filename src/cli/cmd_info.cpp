@@ -7,6 +7,7 @@
 #include "kernels/gemm/isa.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "runtime/amx_permission.hpp"
+#include "runtime/build_info.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
@@ -28,7 +29,7 @@ void register_info(CLI::App& app) {
   cmd->callback([] {
     const CpuInfo& c = cpu_info();
     auto yn = [](bool b) { return b ? "yes" : "no"; };
-    std::printf("nanogpt %s (revision %s)\n", NANOGPT_VERSION, NANOGPT_GIT_REVISION);
+    std::printf("nanogpt %s (revision %s)\n", NANOGPT_VERSION, build_revision());
     std::printf("cpu: %s, %d logical cores; threads used: %d\n", c.model_name.c_str(),
                 c.logical_cores, ThreadPool::default_threads());
     std::printf("avx2+fma: %s  avx512f: %s  avx512bw: %s  avx512_bf16: %s  amx_bf16: %s\n",

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "runtime/build_info.hpp"
 #include "runtime/error.hpp"
 
 namespace {
@@ -64,7 +65,8 @@ int main(int argc, char** argv) {
       "nanogpt: pre-train GPT language models with the NanoGPT-speedrun recipe.\n"
       "Run `nanogpt SUBCOMMAND --help` for the flags of each subcommand."};
   app.name("nanogpt");
-  app.set_version_flag("--version", std::string(NANOGPT_VERSION) + " (" NANOGPT_GIT_REVISION ")");
+  app.set_version_flag("--version",
+                       std::string(NANOGPT_VERSION) + " (" + nanogpt::build_revision() + ")");
   app.require_subcommand(1);
   nanogpt::cli::register_tokenizer(app);
   nanogpt::cli::register_encode(app);

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/build_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 
@@ -281,8 +282,9 @@ void Profiler::write_chrome_trace(const std::string& path) {
       buf.clear();
     }
   };
-  buf += "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"nanogpt " NANOGPT_VERSION
-         " (" NANOGPT_GIT_REVISION ")\",\"dropped_events\":";
+  buf += "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"nanogpt " NANOGPT_VERSION " (";
+  buf += build_revision();
+  buf += ")\",\"dropped_events\":";
   buf += std::to_string(s.dropped);
   buf += "},\"traceEvents\":[\n";
   buf += R"({"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"nanogpt"}})";

@@ -16,6 +16,7 @@
 #include "model/model_io.hpp"
 #include "optim/gpt_optimizer.hpp"
 #include "optim/schedule.hpp"
+#include "runtime/build_info.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
@@ -248,7 +249,7 @@ TrainResult train(const TrainOptions& options) {
     nlohmann::ordered_json run;
     run["config"] = config_to_json(c);
     run["version"] = NANOGPT_VERSION;
-    run["revision"] = NANOGPT_GIT_REVISION;
+    run["revision"] = build_revision();
     run["cpu"] = cpu_info().model_name;
     run["threads"] = ThreadPool::current().size();
     // What `precision: auto` and the ISA dispatch chose here: a resume elsewhere may differ.
@@ -290,7 +291,7 @@ TrainResult train(const TrainOptions& options) {
         {"train_loss", train_loss},
         {"val_loss", std::isfinite(val_loss) ? nlohmann::json(val_loss) : nlohmann::json(nullptr)},
         {"tokenizer", tokenizer},
-        {"revision", NANOGPT_GIT_REVISION}};
+        {"revision", build_revision()}};
     size_t bytes = model.params().size() * sizeof(float);
     for (auto& st : optimizer.state_tensors()) bytes += st.data->size() * sizeof(float);
     ProfileScope scope("checkpoint", "checkpoint.write", {step}, 0, static_cast<double>(bytes));
