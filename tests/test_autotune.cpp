@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <thread>
 
 #include "runtime/error.hpp"
@@ -206,6 +207,11 @@ struct BadFile {
   const char* name;
   const char* why;
 };
+
+// So gtest lists the case by name rather than by the bytes of its pointers.
+void PrintTo(const BadFile& b, std::ostream* os) {
+  *os << b.name;
+}
 
 class AutotuneBadFile : public testing::TestWithParam<BadFile> {};
 
