@@ -515,43 +515,64 @@ TEST(FusedLinearCrossEntropy, RowBlockKeepsTheWorkspaceBounded) {
     return fused_linear_cross_entropy_row_block(p);
   };
   // Rows of V = 8192 are padded to 8208 floats, so 4088 of them fill the 128 MiB.
-  EXPECT_EQ(rows(512, 8192), 512);  // the cpu preset: one block, 16 MiB
+  EXPECT_EQ(rows(512, 8192), 512);  // one block, 16 MiB
   EXPECT_EQ(rows(4088, 8192), 4088);
-  EXPECT_EQ(rows(4089, 8192), 2045);        // two equal blocks, not 4088 + 1
-  EXPECT_EQ(rows(2048, 50304), 512);        // 666 rows fit: four blocks of 512
-  EXPECT_EQ(rows(16384, 50304), 656);       // the speedrun: 25 blocks
-  EXPECT_EQ(rows(7, 50304), 7);             // never more rows than T
+  EXPECT_EQ(rows(4089, 8192), 2045);  // two equal blocks, not 4088 + 1
+  // 128 MiB holds only 666 rows of V = 50304, fewer than kMinLossRowBlock: the bound is raised
+  // to hold 1024 rows (of 50320 floats, 206 MB).
+  EXPECT_EQ(rows(2048, 50304), 1024);
+  EXPECT_EQ(rows(8192, 50304), 1024);
+  EXPECT_EQ(rows(16384, 50304), 1024);  // the speedrun: 16 blocks
+  EXPECT_EQ(rows(1025, 50304), 513);
+  EXPECT_EQ(rows(7, 50304), 7);  // never more rows than T
+  // Rows so long that 1024 of them pass kMaxRaisedWorkspaceBytes: as many as fit it.
+  // 512 MiB / (1048592 · 4 bytes) = 127.99 → 127 rows fit, so ⌈4096 / 127⌉ = 33 blocks of 125.
+  EXPECT_EQ(rows(4096, 1 << 20), 125);
   EXPECT_EQ(rows(3, int64_t{1} << 30), 1);  // a row larger than the bound: one row at a time
   EXPECT_EQ(rows(300, 1000, 64), 64);       // forced
   EXPECT_EQ(rows(30, 1000, 64), 30);        // forced, but at most T
   EXPECT_EQ(rows(0, 1000), 0);
-  for (int64_t T : {1, 100, 513, 4096, 16384, 100000}) {
-    for (int64_t V : {13, 1000, 8192, 50304}) {
-      p.T = T;
-      p.V = V;
-      p.row_block = 0;
-      p.fp8 = false;
-      const std::string label = "T=" + std::to_string(T) + " V=" + std::to_string(V);
-      const int64_t r = fused_linear_cross_entropy_row_block(p);
-      // The workspace: r rows of ld floats, ld >= V a whole and odd number of 64-byte lines,
-      // within the bound; the rows' losses besides.
-      const auto bytes = static_cast<int64_t>(fused_linear_cross_entropy_workspace_bytes(p));
-      const int64_t logits = bytes - r * 8;
-      ASSERT_EQ(logits % (r * 4), 0) << label;
-      const int64_t ld = logits / (r * 4);
-      EXPECT_GE(ld, V) << label;
-      EXPECT_LT(ld, V + 32) << label;
-      EXPECT_EQ(ld % 32, 16) << label;
-      EXPECT_LE(logits, kMaxLogitsWorkspaceBytes) << label;
-      // In the fewest blocks that fit, none of them empty.
-      const int64_t max_rows = kMaxLogitsWorkspaceBytes / (ld * 4);
-      const int64_t blocks = (T + r - 1) / r;
-      EXPECT_EQ(blocks, (T + max_rows - 1) / max_rows) << label;
-      EXPECT_LT((blocks - 1) * r, T) << label;
-      p.fp8 = true;
-      EXPECT_EQ(static_cast<int64_t>(fused_linear_cross_entropy_workspace_bytes(p)),
-                bytes + (V * 256 + r * 256) * 4)
-          << label;
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    p.precision = precision;
+    const int64_t value_bytes = precision == Precision::kBf16 ? 6 : 4;
+    for (int64_t T : {1, 100, 513, 4096, 16384, 100000}) {
+      for (int64_t V : {13, 1000, 8192, 50304, 200000}) {
+        p.T = T;
+        p.V = V;
+        p.row_block = 0;
+        p.fp8 = false;
+        const std::string label = "T=" + std::to_string(T) + " V=" + std::to_string(V) + " " +
+                                  (precision == Precision::kBf16 ? "bf16" : "fp32");
+        const int64_t r = fused_linear_cross_entropy_row_block(p);
+        // The workspace: r rows of ld values, ld >= V a whole and odd number of 64-byte lines,
+        // within the bound; the rows' losses besides.
+        const auto bytes = static_cast<int64_t>(fused_linear_cross_entropy_workspace_bytes(p));
+        const int64_t logits = bytes - r * 8;
+        ASSERT_EQ(logits % (r * value_bytes), 0) << label;
+        const int64_t ld = logits / (r * value_bytes);
+        EXPECT_GE(ld, V) << label;
+        EXPECT_LT(ld, V + 32) << label;
+        EXPECT_EQ(ld % 32, 16) << label;
+        // The bound: 128 MiB, or enough for kMinLossRowBlock rows, but never over 512 MiB.
+        const int64_t bound = fused_linear_cross_entropy_workspace_bound(p);
+        EXPECT_EQ(bound, std::clamp(kMinLossRowBlock * ld * value_bytes, kMaxLogitsWorkspaceBytes,
+                                    kMaxRaisedWorkspaceBytes))
+            << label;
+        EXPECT_LE(logits, bound) << label;
+        // In the fewest blocks that fit, none of them empty.
+        const int64_t max_rows = bound / (ld * value_bytes);
+        const int64_t blocks = (T + r - 1) / r;
+        EXPECT_EQ(blocks, (T + max_rows - 1) / max_rows) << label;
+        EXPECT_LT((blocks - 1) * r, T) << label;
+        if (kMinLossRowBlock * ld * value_bytes <= kMaxRaisedWorkspaceBytes) {
+          // No more blocks than blocks of kMinLossRowBlock rows would make.
+          EXPECT_LE(blocks, (T + kMinLossRowBlock - 1) / kMinLossRowBlock) << label;
+        }
+        p.fp8 = true;
+        EXPECT_EQ(static_cast<int64_t>(fused_linear_cross_entropy_workspace_bytes(p)),
+                  bytes + (V * 256 + r * 256) * 4)
+            << label;
+      }
     }
   }
 }

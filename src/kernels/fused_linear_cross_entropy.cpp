@@ -560,11 +560,20 @@ int64_t row_bytes_per_value(const FusedLossParams& p) {
 
 }  // namespace
 
+int64_t fused_linear_cross_entropy_workspace_bound(const FusedLossParams& p) {
+  const int64_t row_bytes = workspace_ld(std::max<int64_t>(p.V, 1)) * row_bytes_per_value(p);
+  // Compared by division: kMinLossRowBlock rows of a huge V would overflow.
+  const int64_t wanted = row_bytes > kMaxRaisedWorkspaceBytes / kMinLossRowBlock
+                             ? kMaxRaisedWorkspaceBytes
+                             : kMinLossRowBlock * row_bytes;
+  return std::clamp(wanted, kMaxLogitsWorkspaceBytes, kMaxRaisedWorkspaceBytes);
+}
+
 int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p) {
   if (p.T <= 0 || p.V <= 0) return 0;
   if (p.row_block > 0) return std::min(p.row_block, p.T);
-  const int64_t max_rows =
-      std::max<int64_t>(1, kMaxLogitsWorkspaceBytes / (workspace_ld(p.V) * row_bytes_per_value(p)));
+  const int64_t max_rows = std::max<int64_t>(1, fused_linear_cross_entropy_workspace_bound(p) /
+                                                    (workspace_ld(p.V) * row_bytes_per_value(p)));
   // The fewest blocks that fit, of equal size (to a row): T = 512 with room for 166 rows is
   // four blocks of 128, not three of 166 and one of 14.
   const int64_t blocks = (p.T + max_rows - 1) / max_rows;

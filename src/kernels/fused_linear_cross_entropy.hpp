@@ -12,8 +12,9 @@
 // forward runs the same blocks and rows without the gradient, so the two return the same losses bit
 // for bit.
 //
-// row_block is chosen so the workspace stays under kMaxLogitsWorkspaceBytes (and the blocks
-// have equal sizes), unless FusedLossParams::row_block forces it: memory never grows with T.
+// row_block is chosen so the workspace stays under a bound (kMaxLogitsWorkspaceBytes, raised for
+// large vocabularies, see there) with blocks of equal sizes, unless FusedLossParams::row_block
+// forces it: memory never grows with T.
 //
 // Memory a call uses (fused_linear_cross_entropy_workspace_bytes counts it):
 //   the logits workspace, row_block × ld floats (ld: V rounded up to an odd number of 64-byte
@@ -62,21 +63,28 @@ struct FusedLossParams {
   int64_t row_block = 0;
 };
 
-// The bound on the logits workspace (row_block × ld floats) when row_block is left at 0. Rows
-// per block are what the speed depends on: every block packs W (V×d) twice for the GEMM (the
-// logits' and dx's operand) and reads and writes dW once, whatever its height, so short blocks
-// spend their time moving W and dW. At V = 50304, d = 768, T = 2048 (fused_loss_bench, 2
-// threads) a call took 3.9 s with blocks of 158 rows (a 32 MiB bound), 2.9 s with 256, 2.5 s
-// with 512 and 2.2 s with 1024; the old two-sweep head took 2.8 s. 128 MiB holds 666 rows of
-// V = 50304 (the speedrun's T = 16384 is 25 blocks of 656) and 4088 rows of V = 8192 (the cpu
-// preset's T = 512 is one block of 16 MiB). It does not grow with T, and it is small beside
-// the activations of a T large enough to need several blocks. The GEMM keeps a packed copy of
-// g as large again (see the top of the file).
+// How the rows per block are chosen when row_block is left at 0. Rows per block are what the
+// speed depends on: every block packs W (V×d) twice for the GEMM (the logits' and dx's operand)
+// and reads and writes dW once, whatever its height, so short blocks spend their time moving W
+// and dW. Measured with fused_loss_bench (AMD EPYC, Zen 4, 2 threads, bf16, V = 50304, d = 768,
+// T = 8192): 6.29 s with blocks of 432 rows, 5.42 s with 1024, 5.21 s with 2048 (peak extra
+// memory 0.23, 0.63 and 1.04 GB). Earlier, fp32, T = 2048: 3.9 s at 158 rows, 2.9 s at 256,
+// 2.5 s at 512, 2.2 s at 1024.
+// So the workspace (logits, and bf16 gradients in bf16 runs) may fill kMaxLogitsWorkspaceBytes,
+// and more where that holds fewer than kMinLossRowBlock rows, up to kMaxRaisedWorkspaceBytes:
+// V = 8192 fits 4088 rows of fp32 logits in 128 MiB (the cpu preset's T = 4096 is two blocks at
+// most), V = 50304 gets 1024 rows (206 MB in fp32, 309 MB in bf16). It never grows with T.
+// The GEMM keeps a packed copy of g as large again (see the top of the file).
 inline constexpr int64_t kMaxLogitsWorkspaceBytes = int64_t{128} << 20;
+inline constexpr int64_t kMinLossRowBlock = 1024;
+inline constexpr int64_t kMaxRaisedWorkspaceBytes = int64_t{512} << 20;
 
 // The rows per block a call with these parameters uses: p.row_block if set (at most T), else
-// the fewest blocks whose workspace fits kMaxLogitsWorkspaceBytes, split evenly. 0 if T <= 0.
+// the fewest blocks whose workspace fits the bound above, split evenly. 0 if T <= 0.
 int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p);
+
+// The workspace bound the default row_block keeps to, in bytes (see kMinLossRowBlock).
+int64_t fused_linear_cross_entropy_workspace_bound(const FusedLossParams& p);
 
 // Σ_t loss_t in double; per_token (nullable) receives each loss_t.
 double fused_linear_cross_entropy_forward(const FusedLossParams& p, float* per_token);
