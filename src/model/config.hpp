@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/matmul.hpp"
+#include "runtime/integer_math.hpp"
 
 namespace nanogpt {
 
@@ -65,7 +66,7 @@ struct Config {
   double adam_beta2 = 0.95;
   double adam_eps = 1e-10;
 
-  int64_t vocab_padded() const { return (vocab_size + 127) / 128 * 128; }
+  int64_t vocab_padded() const { return round_up(vocab_size, 128); }
   int64_t grad_accum_steps() const { return tokens_per_step / train_seq_len; }
   // Whole sequences of `seq_len` per forward/backward pass under micro_batch_tokens.
   int64_t sequences_per_pass(int64_t seq_len) const;

@@ -2,18 +2,9 @@
 
 #include <algorithm>
 
+#include "runtime/integer_math.hpp"
+
 namespace nanogpt {
-
-namespace {
-
-int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
-}
-int64_t ceil_div(int64_t x, int64_t m) {
-  return (x + m - 1) / m;
-}
-
-}  // namespace
 
 std::string GemmBlocking::name() const {
   return "mc" + std::to_string(mc) + "_nc" + std::to_string(nc) + "_kc" + std::to_string(kc);

@@ -13,18 +13,12 @@
 
 #include "kernels/autotune.hpp"
 #include "runtime/aligned_memory.hpp"
+#include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
 namespace {
-
-int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
-}
-int64_t ceil_div(int64_t x, int64_t m) {
-  return (x + m - 1) / m;
-}
 
 // Packed op(B) is kept to about this many bytes per superblock of columns: it is read by every
 // row block, so it should stay in the (shared) last-level cache.
