@@ -464,6 +464,37 @@ TEST(Attention, EveryMicroKernelMatchesReference) {
   }
 }
 
+TEST(Attention, Bf16DeltaUsesThePackersRounding) {
+  // In bf16, dP = dO·Vᵀ is computed from dO as the packers round it, which flushes fp32
+  // denormals to zero; Delta = dO·O must be computed from the same bits, or each row of dS no
+  // longer sums to zero. Here half the columns of dO are denormal (1.1e-38) where V (and so O)
+  // is ~1e36: their products (~0.01 each, ~0.26 per row) are in a Delta from denormals rounded
+  // to nearest and absent from dP, which would move every dS by scale·P·0.26 and dq, dk by
+  // far more than their bounds. T = 128, one block: a query sees at most 128 keys, so o stays
+  // below 128·1e36, finite.
+  const int64_t T = 128, H = 2, D = 64;
+  Problem pr(T, H, D, 1, std::vector<int32_t>(T, 0), 41);
+  pr.params.precision = Precision::kBf16;
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> big(0.5e36f, 1.0e36f);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t e = 0; e < D / 2; ++e) {
+        pr.v(t, h, e) = big(rng);
+        pr.dout[static_cast<size_t>(t * H * D + h * D + e)] = 1.1e-38f;
+      }
+    }
+  }
+  ASSERT_EQ(std::fpclassify(pr.dout[0]), FP_SUBNORMAL);
+  ASSERT_EQ(round_to_bf16(pr.dout[0]), 0.0f);
+  std::string stray;
+  const Outputs got = run_kernels(pr, nullptr, &stray);
+  EXPECT_TRUE(stray.empty()) << stray;
+  const Errors e = errors(got, run_reference(pr.rounded_to_bf16()));
+  expect_within(e, kBf16Bounds, "denormal dO");
+  std::printf("bf16 with denormal dO: %s\n", e.str().c_str());
+}
+
 TEST(Attention, RejectsKernelThatCannotTakeThePrecision) {
   // AMX multiplies bf16 only: asked for fp32 it must refuse, not round silently.
   for (const MicroKernel& k : bf16_microkernels_under_test()) {

@@ -12,9 +12,14 @@
 #include <string>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "kernels/attention_internal.hpp"
+#include "kernels/bf16.hpp"
+#include "kernels/gemm/bf16_avx512.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "runtime/aligned_memory.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
@@ -118,26 +123,42 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void probs_
   }
 }
 
-// x rounded to the nearest bf16 as round_to_bf16 does (NaN stays NaN), without its branch; the
-// vector form in dot_double below is the same arithmetic.
-inline float round_to_bf16_branchless(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  const uint32_t quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
-  return std::bit_cast<float>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+// dst = src rounded to bf16 exactly as the packers round (kernels/bf16.hpp: nearest even,
+// denormals flushed to a zero of their sign), as fp32. In bf16, dP is computed from dO as the
+// packers round it, and Delta must be the same dO's product for each row of dS to sum to zero
+// as it should (it halves the error of dq and dk).
+// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
+// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) void round_row_to_bf16_avx512(const float* src, int64_t n,
+                                                                 float* dst) {
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t e = 0; e < n; e += 16) {
+    const __mmask16 m =
+        n - e >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - e)) - 1);
+    const __m512i hi = bf16_round_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + e)));
+    _mm512_mask_storeu_ps(dst + e, m, _mm512_castsi512_ps(_mm512_and_si512(hi, high_half)));
+  }
+}
+#pragma GCC diagnostic pop
+
+void round_row_to_bf16(const float* src, int64_t n, float* dst) {
+  if (cpu_info().avx512f) {
+    round_row_to_bf16_avx512(src, n, dst);
+    return;
+  }
+  for (int64_t e = 0; e < n; ++e) dst[e] = round_to_bf16(src[e]);
 }
 
 // Σ a·b in double, rounded once: Delta = dO·O is subtracted from every dP of its row, so its
-// error would land on every dS. With round_a, a is rounded to bf16 first: in bf16 dP is
-// computed from the rounded dO, and Delta must be the same dO's product for each row of dS to
-// sum to zero as it should (it halves the error of dq and dk). Fixed lanes keep the order (and
-// the result) independent of ISA choices the compiler makes, while still vectorizing.
+// error would land on every dS. Fixed lanes keep the order (and the result) independent of ISA
+// choices the compiler makes, while still vectorizing.
 using f32x8 = float __attribute__((vector_size(32)));
 using f64x8 = double __attribute__((vector_size(64)));
-using u32x8 = uint32_t __attribute__((vector_size(32)));
 
 __attribute__((target_clones("avx512f", "arch=haswell", "default"))) float dot_double(
-    const float* a, const float* b, int64_t n, bool round_a) {
+    const float* a, const float* b, int64_t n) {
   constexpr int64_t kLanes = 8;
   // Vector types spell out the lane-wise sum; GCC does not vectorize it from scalar loops.
   f64x8 lanes = {};
@@ -146,19 +167,9 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) float dot_d
     f32x8 x, y;
     std::memcpy(&x, a + e, sizeof x);
     std::memcpy(&y, b + e, sizeof y);
-    if (round_a) {
-      u32x8 u;
-      std::memcpy(&u, &x, sizeof u);
-      const u32x8 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-      const u32x8 quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
-      u = (u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
-      std::memcpy(&x, &u, sizeof x);
-    }
     lanes += __builtin_convertvector(x, f64x8) * __builtin_convertvector(y, f64x8);
   }
-  for (; e < n; ++e) {
-    lanes[0] += static_cast<double>(round_a ? round_to_bf16_branchless(a[e]) : a[e]) * b[e];
-  }
+  for (; e < n; ++e) lanes[0] += static_cast<double>(a[e]) * b[e];
   double sum = 0;
   for (int64_t c = 0; c < kLanes; ++c) sum += lanes[c];
   return static_cast<float>(sum);
@@ -656,6 +667,9 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
     AlignedBuffer a, s, dp, acc0, acc1;
   };
   std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
+  // Per worker: a row of dO rounded to bf16, for Delta.
+  std::vector<std::vector<float>> rounded_dout(static_cast<size_t>(pool.size()),
+                                               std::vector<float>(static_cast<size_t>(D)));
   const int64_t q_head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kDByTile));
   const int64_t kv_head_bytes =
       per_group * q_head_bytes + nt * (2 * g.bytes(Block::kTileByD) + g.bytes(Block::kDByTile));
@@ -673,7 +687,7 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
     const Packed v_b(g, Block::kTileByD, nt, g0, kv_heads, workspace, &offset);
     const Packed kt_b(g, Block::kDByTile, nt, g0, kv_heads, workspace, &offset);
     // One task per (query head, tile); the first query head of a group packs its K/V head too.
-    pool.parallel_for(static_cast<size_t>(heads * nt), [&](size_t task, int) {
+    pool.parallel_for(static_cast<size_t>(heads * nt), [&](size_t task, int worker) {
       const int64_t h = h0 + static_cast<int64_t>(task) / nt;
       const int64_t t = static_cast<int64_t>(task) % nt;
       const int64_t t0 = t * kBk, n = std::min(kBk, T - t0);
@@ -691,9 +705,14 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
         g.pack_b(v, sh.ld_kv, Trans::kNo, n, D, Block::kTileByD, v_b.at(kv, t));
         g.pack_b(k, sh.ld_kv, Trans::kYes, D, n, Block::kDByTile, kt_b.at(kv, t));
       }
+      float* rounded = rounded_dout[static_cast<size_t>(worker)].data();
       for (int64_t i = t0; i < t0 + n; ++i) {
-        delta[static_cast<size_t>(h * T + i)] =
-            dot_double(dout + i * hd + h * D, out + i * hd + h * D, D, bf16_operands);
+        const float* dout_row = dout + i * hd + h * D;
+        if (bf16_operands) {
+          round_row_to_bf16(dout_row, D, rounded);
+          dout_row = rounded;
+        }
+        delta[static_cast<size_t>(h * T + i)] = dot_double(dout_row, out + i * hd + h * D, D);
       }
     });
 
