@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -16,6 +15,7 @@
 
 #include "kernels/attention_internal.hpp"
 #include "kernels/bf16.hpp"
+#include "kernels/exp_approx.hpp"
 #include "kernels/gemm/bf16_avx512.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "runtime/aligned_memory.hpp"
@@ -41,27 +41,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // ---------------------------------------------------------------------------------------------
 // Elementwise work on score rows.
 
-// exp(x) to ~1 ulp (Cephes expf), written without calls or branches so loops over it
-// vectorize; libm's expf does not without -ffast-math. Returns exactly 0 below -87, which
-// covers the -inf of masked scores.
-inline float exp_vec(float x) {
-  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  // Round to nearest by the 1.5·2^23 trick: no floor/rint call that SSE2 cannot inline.
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - n * 0.693359375f;  // ln 2 split in two so r is exact to float precision
-  r = r - n * -2.12194440e-4f;
-  const float z = r * r;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * z + r + 1.0f;
-  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x < -87.0f ? 0.0f : y * two_n;
-}
-
 // A forward score tile, transposed: s[j·kBq + q] is the raw score of query q and key j, for
 // keys j < nk, and query q sees keys [lo[q], hi[q]) (all nk when `full`). Runs the online
 // softmax over it: leaves p = exp(scale·s − m_new) there (0 where hidden), updates each
@@ -85,14 +64,14 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void online
   for (int64_t q = 0; q < kBq; ++q) {
     m_new[q] = mx[q] > m[q] ? mx[q] : m[q];
     // Nothing visible yet leaves m at -inf, and -inf − -inf would be NaN.
-    alpha[q] = mx[q] == kNegInf ? 1.0f : exp_vec(m[q] - m_new[q]);  // 0 on the first visit
+    alpha[q] = mx[q] == kNegInf ? 1.0f : exp_approx(m[q] - m_new[q]);  // 0 on the first visit
     sum[q] = 0.0f;
   }
   for (int32_t j = 0; j < static_cast<int32_t>(nk); ++j) {
     float* row = s + j * kBq;
     for (int64_t q = 0; q < kBq; ++q) {
       const bool in = full || (j >= lo[q] && j < hi[q]);
-      const float e = in ? exp_vec(scale * row[q] - m_new[q]) : 0.0f;
+      const float e = in ? exp_approx(scale * row[q] - m_new[q]) : 0.0f;
       row[q] = e;
       sum[q] += e;
     }
@@ -116,7 +95,7 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void probs_
     float* dpi = dp + i * kBk;
     for (int32_t j = 0; j < static_cast<int32_t>(kBk); ++j) {
       const bool in = j >= a && j < b;
-      const float pij = in ? exp_vec(scale * si[j] - shift) : 0.0f;
+      const float pij = in ? exp_approx(scale * si[j] - shift) : 0.0f;
       si[j] = pij;
       dpi[j] = scale * pij * (dpi[j] - d);
     }
