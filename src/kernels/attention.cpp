@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include "kernels/attention_internal.hpp"
+#include "kernels/attention_mask.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/exp_approx.hpp"
 #include "kernels/gemm/bf16_avx512.hpp"
@@ -28,14 +29,6 @@ namespace nanogpt {
 
 namespace {
 
-// Tiles of kBq queries × kBk keys. 64 divides the speedrun's 128-token mask blocks, so a tile
-// never straddles a block boundary and most tiles are either fully visible or skipped; other
-// block sizes still work, they just take the elementwise-mask path more often. 64 is also a
-// multiple of every micro-kernel's nr (8 to 32) and of the k step (1, 2 or 32), so key tiles
-// need no padding as columns or as k; rows are padded to the kernel's mr (6 and 12 do not
-// divide 64).
-constexpr int64_t kBq = 64;
-constexpr int64_t kBk = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // ---------------------------------------------------------------------------------------------
@@ -241,106 +234,6 @@ void validate_backward(const AttentionParams& p, const char* who) {
   }
 }
 
-// Window in blocks, capped so (block + W)·block_size cannot overflow; beyond T_kv/block_size + 1
-// every W means "no window".
-int64_t effective_window(const AttentionParams& p) {
-  return std::min(p.window_blocks, shape_of(p).T_kv / p.block_size + 2);
-}
-
-// The mask pair by pair, as the spec states it, for the positions i of a query and j of a key;
-// the references use it.
-bool visible(const AttentionParams& p, int64_t i, int64_t j) {
-  return j <= i && p.doc[i] == p.doc[j] &&
-         i / p.block_size - j / p.block_size < effective_window(p);
-}
-
-// Docs are nondecreasing, so the keys the query at position i sees are one contiguous range
-// [first, i]: first is the later of the start of its doc and the start of its window. The
-// kernels mask by this.
-int64_t first_visible(const AttentionParams& p, int64_t i) {
-  const int64_t doc_start = std::lower_bound(p.doc, p.doc + i, p.doc[i]) - p.doc;
-  const int64_t window_start = (i / p.block_size - effective_window(p) + 1) * p.block_size;
-  return std::max(doc_start, window_start);
-}
-
-// A tile: queries [q0, q0+nq) (by index; positions offset + q0 on), keys [k0, k0+nk).
-struct Tile {
-  int64_t q0, nq, k0, nk;
-};
-
-enum class TileMask { kSkip, kFull, kPartial };
-
-// Docs are nondecreasing, so the corner tokens decide: if the last key is in an earlier doc than
-// the first query, no key's doc matches any query's; if the first key and last query share a
-// doc, every token in between does too.
-TileMask classify(const AttentionParams& p, int64_t offset, const Tile& t) {
-  const int64_t p0 = offset + t.q0, p1 = p0 + t.nq - 1, k1 = t.k0 + t.nk - 1;
-  const int64_t bs = p.block_size, w = effective_window(p);
-  if (t.k0 > p1 || p.doc[k1] < p.doc[p0] || p0 / bs - k1 / bs >= w) return TileMask::kSkip;
-  if (k1 <= p0 && p.doc[t.k0] == p.doc[p1] && p1 / bs - t.k0 / bs < w) return TileMask::kFull;
-  return TileMask::kPartial;
-}
-
-// Key tiles a query tile may see: from the one holding the earliest key visible to its first
-// query (start of that query's doc or window) to the one holding its last query's position.
-std::pair<int64_t, int64_t> key_tile_range(const AttentionParams& p, int64_t offset, int64_t q0,
-                                           int64_t nq) {
-  return {first_visible(p, offset + q0) / kBk, (offset + q0 + nq - 1) / kBk};
-}
-
-// Query tiles that may see a key tile (queries at their positions, T_kv == T): from its
-// diagonal to the one holding the last query that sees its last key (end of that key's doc or
-// window).
-std::pair<int64_t, int64_t> query_tile_range(const AttentionParams& p, int64_t k0, int64_t nk) {
-  const int64_t k1 = k0 + nk - 1;
-  const int64_t doc_end = std::upper_bound(p.doc, p.doc + p.T, p.doc[k1]) - p.doc;
-  const int64_t window_end = (k1 / p.block_size + effective_window(p)) * p.block_size;
-  const int64_t hi = std::min({p.T, doc_end, window_end});
-  return {k0 / kBq, (hi - 1) / kBq};
-}
-
-// The keys each query of a tile sees, as ranges [lo, hi) of tile columns; queries past the
-// tile's own see none. first_visible_of is indexed by query, not position.
-void visible_ranges(int64_t offset, const Tile& t, TileMask mask, const int64_t* first_visible_of,
-                    int32_t* lo, int32_t* hi) {
-  for (int64_t i = 0; i < kBq; ++i) {
-    int64_t a = 0, b = 0;
-    if (i < t.nq && mask == TileMask::kFull) {
-      b = t.nk;
-    } else if (i < t.nq) {
-      a = std::clamp<int64_t>(first_visible_of[t.q0 + i] - t.k0, 0, t.nk);
-      b = std::clamp<int64_t>(offset + t.q0 + i + 1 - t.k0, a, t.nk);
-    }
-    lo[i] = static_cast<int32_t>(a);
-    hi[i] = static_cast<int32_t>(b);
-  }
-}
-
-// first_visible of every query, once per call rather than once per row and tile visited.
-std::vector<int64_t> first_visible_all(const AttentionParams& p, const Shape& s) {
-  std::vector<int64_t> fv(static_cast<size_t>(s.T));
-  for (int64_t i = 0; i < s.T; ++i) fv[static_cast<size_t>(i)] = first_visible(p, s.offset + i);
-  return fv;
-}
-
-// Visited tiles of each query tile (a forward or dQ task's cost) and of each key tile (a dK/dV
-// task's cost), the same for every head.
-void visited_counts(const AttentionParams& p, const Shape& s, std::vector<int64_t>& per_query_tile,
-                    std::vector<int64_t>& per_key_tile) {
-  per_query_tile.assign(static_cast<size_t>(ceil_div(s.T, kBq)), 0);
-  per_key_tile.assign(static_cast<size_t>(ceil_div(s.T_kv, kBk)), 0);
-  for (int64_t qt = 0; qt < ceil_div(s.T, kBq); ++qt) {
-    const int64_t q0 = qt * kBq, nq = std::min(kBq, s.T - q0);
-    const auto [kt_lo, kt_hi] = key_tile_range(p, s.offset, q0, nq);
-    for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
-      const Tile t{q0, nq, kt * kBk, std::min(kBk, s.T_kv - kt * kBk)};
-      if (classify(p, s.offset, t) == TileMask::kSkip) continue;
-      ++per_query_tile[static_cast<size_t>(qt)];
-      ++per_key_tile[static_cast<size_t>(kt)];
-    }
-  }
-}
-
 // The shapes of packed operand blocks, each one tile of 64 tokens. A blocks are 64 rows by the
 // head dimension as k (K, Q, dO as the left side of K·Qᵀ, Q·Kᵀ, dO·Vᵀ) or by 64 tokens as k
 // (P, Pᵀ, dS, dSᵀ); B blocks are 64 columns by the head dimension as k (Q, K, V as the right
@@ -531,14 +424,15 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
                             float* lse) {
   validate_tensors(p, "attention_forward");
   const Shape sh = shape_of(p);
+  const AttentionMask mask(p);
   if (sh.T == 0) return;
   const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nqt = ceil_div(T, kBq);
   const int64_t nkt = ceil_div(sh.T_kv, kBk);
   const TileGemm g(kernel, p.precision, D);
   const int64_t dn = g.dn(), rows = g.rows();
-  const std::vector<int64_t> fv = first_visible_all(p, sh);
+  const std::vector<int64_t> fv = mask.first_visible_of_queries();
   std::vector<int64_t> per_qt, per_kt;
-  visited_counts(p, sh, per_qt, per_kt);
+  mask.visited_counts(per_qt, per_kt);
 
   ThreadPool& pool = ThreadPool::current();
   struct Scratch {
@@ -586,15 +480,15 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
       std::fill(w.l, w.l + kBq, 0.0f);
       const TaskScope scope(g);
       g.pack_b(p.q + q0 * sh.ld_q + h * D, sh.ld_q, Trans::kNo, nq, D, Block::kTileByD, w.q.data());
-      const auto [kt_lo, kt_hi] = key_tile_range(p, sh.offset, q0, nq);
+      const auto [kt_lo, kt_hi] = mask.key_tiles(q0, nq);
       for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
         const Tile t{q0, nq, kt * kBk, std::min(kBk, sh.T_kv - kt * kBk)};
-        const TileMask mask = classify(p, sh.offset, t);
-        if (mask == TileMask::kSkip) continue;
+        const TileMask kind = mask.classify(t);
+        if (kind == TileMask::kSkip) continue;
         g.product(t.nk, nq, g.dk(), k_pack.at(kv, kt), Block::kRowsByD, w.q.data(), Block::kTileByD,
                   s, kBq, false);
-        visible_ranges(sh.offset, t, mask, fv.data(), w.lo, w.hi);
-        online_softmax_tile(s, t.nk, w.lo, w.hi, mask == TileMask::kFull, p.scale, w.m, w.l,
+        mask.visible_ranges(t, kind, fv.data(), w.lo, w.hi);
+        online_softmax_tile(s, t.nk, w.lo, w.hi, kind == TileMask::kFull, p.scale, w.m, w.l,
                             w.alpha);
         scale_rows(o, nq, dn, w.alpha);
         g.pack_a(s, kBq, Trans::kYes, nq, t.nk, Block::kRowsByTile, w.p.data());
@@ -630,14 +524,15 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
                              const float* lse, const float* dout, float* dq, float* dk, float* dv) {
   validate_backward(p, "attention_backward");
   const Shape sh = shape_of(p);
+  const AttentionMask mask(p);
   if (sh.T == 0) return;
   const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nt = ceil_div(T, kBk);
   const int64_t per_group = sh.per_group;
   const TileGemm g(kernel, p.precision, D);
   const int64_t dn = g.dn(), rows = g.rows();
-  const std::vector<int64_t> fv = first_visible_all(p, sh);
+  const std::vector<int64_t> fv = mask.first_visible_of_queries();
   std::vector<int64_t> per_qt, per_kt;
-  visited_counts(p, sh, per_qt, per_kt);
+  mask.visited_counts(per_qt, per_kt);
 
   std::vector<float> delta(static_cast<size_t>(H * T));
   const bool bf16_operands = p.precision == Precision::kBf16;
@@ -725,12 +620,12 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       const TaskScope scope(g);
       // P into s and dS into dp for one tile of query head h.
       int32_t lo[kBq], hi[kBq];
-      auto probs_and_grads = [&](int64_t h, const Tile& t, TileMask mask, int64_t qt, int64_t kt) {
+      auto probs_and_grads = [&](int64_t h, const Tile& t, TileMask kind, int64_t qt, int64_t kt) {
         g.product(t.nq, t.nk, g.dk(), q_a.at(h, qt), Block::kRowsByD, k_b.at(kv, kt),
                   Block::kTileByD, s, kBk, false);
         g.product(t.nq, t.nk, g.dk(), dout_a.at(h, qt), Block::kRowsByD, v_b.at(kv, kt),
                   Block::kTileByD, dp, kBk, false);
-        visible_ranges(0, t, mask, fv.data(), lo, hi);
+        mask.visible_ranges(t, kind, fv.data(), lo, hi);
         probs_and_grads_tile(s, dp, t.nq, lo, hi, p.scale, lse + h * T + t.q0,
                              delta.data() + h * T + t.q0);
       };
@@ -742,13 +637,13 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       if (task.kind == 0) {
         // dV (acc0) and dK (acc1): Pᵀ and dSᵀ are read from the tile transposed by the packer.
         const int64_t kt = task.tile, k0 = kt * kBk, nk = std::min(kBk, T - k0);
-        const auto [qt_lo, qt_hi] = query_tile_range(p, k0, nk);
+        const auto [qt_lo, qt_hi] = mask.query_tiles(k0, nk);
         for (int64_t h = kv * per_group; h < (kv + 1) * per_group; ++h) {
           for (int64_t qt = qt_lo; qt <= qt_hi; ++qt) {
             const Tile t{qt * kBq, std::min(kBq, T - qt * kBq), k0, nk};
-            const TileMask mask = classify(p, 0, t);
-            if (mask == TileMask::kSkip) continue;
-            probs_and_grads(h, t, mask, qt, kt);
+            const TileMask kind = mask.classify(t);
+            if (kind == TileMask::kSkip) continue;
+            probs_and_grads(h, t, kind, qt, kt);
             const int64_t kc = g.k_steps(t.nq);
             g.pack_a(s, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
             g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, dout_b.at(h, qt), Block::kDByTile,
@@ -763,12 +658,12 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       } else {
         // dQ (acc0).
         const int64_t h = task.h, qt = task.tile, q0 = qt * kBq, nq = std::min(kBq, T - q0);
-        const auto [kt_lo, kt_hi] = key_tile_range(p, 0, q0, nq);
+        const auto [kt_lo, kt_hi] = mask.key_tiles(q0, nq);
         for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
           const Tile t{q0, nq, kt * kBk, std::min(kBk, T - kt * kBk)};
-          const TileMask mask = classify(p, 0, t);
-          if (mask == TileMask::kSkip) continue;
-          probs_and_grads(h, t, mask, qt, kt);
+          const TileMask kind = mask.classify(t);
+          if (kind == TileMask::kSkip) continue;
+          probs_and_grads(h, t, kind, qt, kt);
           g.pack_a(dp, kBk, Trans::kNo, nq, t.nk, Block::kRowsByTile, w.a.data());
           g.product(nq, D, g.k_steps(t.nk), w.a.data(), Block::kRowsByTile, kt_b.at(kv, kt),
                     Block::kDByTile, acc0, dn, true);
@@ -803,9 +698,10 @@ void attention_backward(const AttentionParams& p, const float* out, const float*
 double attention_visited_fraction(const AttentionParams& p) {
   validate(p, "attention_visited_fraction");
   const Shape sh = shape_of(p);
+  const AttentionMask mask(p);
   if (sh.T == 0) return 0.0;
   std::vector<int64_t> per_qt, per_kt;
-  visited_counts(p, sh, per_qt, per_kt);
+  mask.visited_counts(per_qt, per_kt);
   int64_t visited = 0;
   for (int64_t n : per_qt) visited += n;
   return static_cast<double>(visited) /
@@ -819,13 +715,13 @@ namespace {
 
 // Scaled scores of query i (at position offset + i) of head h against every key position, in
 // double; hidden keys get -inf.
-void reference_scores(const AttentionParams& p, const Shape& sh, int64_t h, int64_t i,
-                      std::vector<double>& s) {
+void reference_scores(const AttentionParams& p, const Shape& sh, const AttentionMask& mask,
+                      int64_t h, int64_t i, std::vector<double>& s) {
   s.assign(static_cast<size_t>(sh.T_kv), -std::numeric_limits<double>::infinity());
   const int64_t pos = sh.offset + i;
   const float* qi = p.q + i * sh.ld_q + h * p.D;
   for (int64_t j = 0; j <= pos; ++j) {
-    if (!visible(p, pos, j)) continue;
+    if (!mask.visible(pos, j)) continue;
     const float* kj = p.k + j * sh.ld_kv + sh.kv_head(h) * p.D;
     double dot = 0;
     for (int64_t e = 0; e < p.D; ++e) dot += static_cast<double>(qi[e]) * kj[e];
@@ -851,13 +747,14 @@ double reference_softmax(int64_t pos, std::vector<double>& s) {
 void attention_forward_reference(const AttentionParams& p, float* out, float* lse) {
   validate_tensors(p, "attention_forward_reference");
   const Shape sh = shape_of(p);
+  const AttentionMask mask(p);
   const int64_t hd = p.H * p.D;
   std::vector<double> s, o(static_cast<size_t>(p.D));
   for (int64_t h = 0; h < p.H; ++h) {
     const int64_t kv = sh.kv_head(h);
     for (int64_t i = 0; i < p.T; ++i) {
       const int64_t pos = sh.offset + i;
-      reference_scores(p, sh, h, i, s);
+      reference_scores(p, sh, mask, h, i, s);
       lse[h * p.T + i] = static_cast<float>(reference_softmax(pos, s));
       std::fill(o.begin(), o.end(), 0.0);
       for (int64_t j = 0; j <= pos; ++j) {
@@ -877,6 +774,7 @@ void attention_backward_reference(const AttentionParams& p, const float* dout, f
                                   float* dv) {
   validate_backward(p, "attention_backward_reference");
   const Shape sh = shape_of(p);
+  const AttentionMask mask(p);
   const int64_t T = p.T, D = p.D, hd = p.H * p.D;
   const double scale = p.scale;
   std::vector<double> s, dp(static_cast<size_t>(T));
@@ -887,7 +785,7 @@ void attention_backward_reference(const AttentionParams& p, const float* dout, f
     for (int64_t h = kv * sh.per_group; h < (kv + 1) * sh.per_group; ++h) {
       std::fill(gq.begin(), gq.end(), 0.0);
       for (int64_t i = 0; i < T; ++i) {
-        reference_scores(p, sh, h, i, s);
+        reference_scores(p, sh, mask, h, i, s);
         reference_softmax(i, s);
         const float* doi = dout + i * hd + h * D;
         // Delta from P and dP, not from the forward output, so this path shares nothing with
