@@ -25,6 +25,7 @@ namespace nanogpt {
 // divide 64).
 constexpr int64_t kBq = 64;
 constexpr int64_t kBk = 64;
+static_assert(kBq == kBk, "one tile size serves the query and key tiles of the products");
 
 // A tile: queries [q0, q0+nq) by index (positions offset + q0 on), keys [k0, k0+nk).
 struct Tile {

@@ -1,0 +1,191 @@
+// The attention backward. With P = softmax rows, dP = dO·Vᵀ and
+// Delta_i = dO_i·O_i = Σ_j P_ij dP_ij:
+//   dS = scale·P∘(dP − Delta),  dV = Pᵀ·dO,  dK = dSᵀ·Q,  dQ = dS·K,
+// dK and dV of a K/V head summed over the query heads of its group. Each head's operands are
+// packed once per call, each in the roles it plays (Q, dO as the left side of the score
+// products and as the right side of dK, dV; K as the right side of Q·Kᵀ and of dQ; V of
+// dO·Vᵀ), K and V once per K/V head. Then two kinds of task share one parallel loop: one owns a
+// key tile of a K/V head (dK, dV) and walks, query head by query head of its group, the query
+// tiles that see it; one owns a query tile of a query head (dQ) and walks its key tiles. Both
+// recompute P and dS, which costs FLOPs but needs no T×T storage and no atomics, and each
+// output is summed in one fixed order. Scores are queries by keys here: the key-tile task reads
+// Pᵀ and dSᵀ in the packers' fast direction, the query-tile task reads dS in the other (for
+// fp32 kernels a strided copy; computing its scores transposed instead would take four more
+// packed operands). In bf16 the packers round q, k, v, dO, P and dS.
+
+#include "kernels/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "kernels/attention_internal.hpp"
+#include "kernels/attention_mask.hpp"
+#include "kernels/attention_shape.hpp"
+#include "kernels/attention_tile_math.hpp"
+#include "kernels/attention_work.hpp"
+#include "kernels/gemm/microkernel.hpp"
+#include "kernels/gemm/tile_gemm.hpp"
+#include "runtime/aligned_memory.hpp"
+#include "runtime/integer_math.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace nanogpt {
+
+void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
+                             const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+  validate_backward(p, "attention_backward");
+  const Shape sh = shape_of(p);
+  const AttentionMask mask(p);
+  if (sh.T == 0) return;
+  const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nt = ceil_div(T, kBk);
+  const int64_t per_group = sh.per_group;
+  const TileGemm g(kernel, p.precision, kBk, D);
+  const int64_t dn = g.dn(), rows = g.rows();
+  const std::vector<int64_t> fv = mask.first_visible_of_queries();
+  std::vector<int64_t> per_qt, per_kt;
+  mask.visited_counts(per_qt, per_kt);
+
+  std::vector<float> delta(static_cast<size_t>(H * T));
+  const bool bf16_operands = p.precision == Precision::kBf16;
+  ThreadPool& pool = ThreadPool::current();
+  struct Scratch {
+    AlignedBuffer a, s, dp, acc0, acc1;
+  };
+  std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
+  // Per worker: a row of dO rounded to bf16, for Delta.
+  std::vector<std::vector<float>> rounded_dout(static_cast<size_t>(pool.size()),
+                                               std::vector<float>(static_cast<size_t>(D)));
+  const int64_t q_head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kDByTile));
+  const int64_t kv_head_bytes =
+      per_group * q_head_bytes + nt * (2 * g.bytes(Block::kTileByD) + g.bytes(Block::kDByTile));
+  const int64_t group = heads_per_group(kv_head_bytes, sh.H_kv);
+  std::byte* workspace = packing_workspace(group * kv_head_bytes);
+  for (int64_t g0 = 0; g0 < sh.H_kv; g0 += group) {
+    const int64_t kv_heads = std::min(group, sh.H_kv - g0);
+    const int64_t h0 = g0 * per_group, heads = kv_heads * per_group;
+    int64_t offset = 0;
+    const Packed q_a(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
+    const Packed dout_a(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
+    const Packed q_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
+    const Packed dout_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
+    const Packed k_b(g, Block::kTileByD, nt, g0, kv_heads, workspace, &offset);
+    const Packed v_b(g, Block::kTileByD, nt, g0, kv_heads, workspace, &offset);
+    const Packed kt_b(g, Block::kDByTile, nt, g0, kv_heads, workspace, &offset);
+    // One task per (query head, tile); the first query head of a group packs its K/V head too.
+    pool.parallel_for(static_cast<size_t>(heads * nt), [&](size_t task, int worker) {
+      const int64_t h = h0 + static_cast<int64_t>(task) / nt;
+      const int64_t t = static_cast<int64_t>(task) % nt;
+      const int64_t t0 = t * kBk, n = std::min(kBk, T - t0);
+      const float* q = p.q + t0 * sh.ld_q + h * D;
+      const float* g_out = dout + t0 * hd + h * D;
+      g.pack_a(q, sh.ld_q, Trans::kNo, n, D, Block::kRowsByD, q_a.at(h, t));
+      g.pack_a(g_out, hd, Trans::kNo, n, D, Block::kRowsByD, dout_a.at(h, t));
+      g.pack_b(q, sh.ld_q, Trans::kYes, D, n, Block::kDByTile, q_b.at(h, t));
+      g.pack_b(g_out, hd, Trans::kYes, D, n, Block::kDByTile, dout_b.at(h, t));
+      if (h % per_group == 0) {
+        const int64_t kv = sh.kv_head(h);
+        const float* k = p.k + t0 * sh.ld_kv + kv * D;
+        const float* v = p.v + t0 * sh.ld_kv + kv * D;
+        g.pack_b(k, sh.ld_kv, Trans::kNo, n, D, Block::kTileByD, k_b.at(kv, t));
+        g.pack_b(v, sh.ld_kv, Trans::kNo, n, D, Block::kTileByD, v_b.at(kv, t));
+        g.pack_b(k, sh.ld_kv, Trans::kYes, D, n, Block::kDByTile, kt_b.at(kv, t));
+      }
+      float* rounded = rounded_dout[static_cast<size_t>(worker)].data();
+      for (int64_t i = t0; i < t0 + n; ++i) {
+        const float* dout_row = dout + i * hd + h * D;
+        if (bf16_operands) {
+          round_row_to_bf16(dout_row, D, rounded);
+          dout_row = rounded;
+        }
+        delta[static_cast<size_t>(h * T + i)] = dot_double(dout_row, out + i * hd + h * D, D);
+      }
+    });
+
+    // A key-tile task runs four products per visited tile and query head of its group, a
+    // query-tile task three per visited tile.
+    std::vector<Task> tasks;
+    for (int64_t kv = g0; kv < g0 + kv_heads; ++kv) {
+      for (int64_t t = 0; t < nt; ++t) {
+        tasks.push_back({4 * per_group * per_kt[static_cast<size_t>(t)], t, kv, kv, 0});
+      }
+      for (int64_t h = kv * per_group; h < (kv + 1) * per_group; ++h) {
+        for (int64_t t = nt - 1; t >= 0; --t) {
+          tasks.push_back({3 * per_qt[static_cast<size_t>(t)], t, h, kv, 1});
+        }
+      }
+    }
+    sort_tasks(tasks);
+    pool.parallel_for(tasks.size(), [&](size_t index, int worker) {
+      const Task& task = tasks[index];
+      const int64_t kv = task.kv;
+      Scratch& w = scratch[static_cast<size_t>(worker)];
+      w.a.reserve(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
+      w.s.reserve(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
+      w.dp.reserve(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
+      w.acc0.reserve(static_cast<size_t>(rows * dn) * sizeof(float));
+      w.acc1.reserve(static_cast<size_t>(rows * dn) * sizeof(float));
+      float *s = w.s.floats(), *dp = w.dp.floats(), *acc0 = w.acc0.floats(),
+            *acc1 = w.acc1.floats();
+      std::fill(acc0, acc0 + rows * dn, 0.0f);
+      std::fill(acc1, acc1 + rows * dn, 0.0f);
+      const TaskScope scope(g);
+      // P into s and dS into dp for one tile of query head h.
+      int32_t lo[kBq], hi[kBq];
+      auto probs_and_grads = [&](int64_t h, const Tile& t, TileMask kind, int64_t qt, int64_t kt) {
+        g.product(t.nq, t.nk, g.dk(), q_a.at(h, qt), Block::kRowsByD, k_b.at(kv, kt),
+                  Block::kTileByD, s, kBk, false);
+        g.product(t.nq, t.nk, g.dk(), dout_a.at(h, qt), Block::kRowsByD, v_b.at(kv, kt),
+                  Block::kTileByD, dp, kBk, false);
+        mask.visible_ranges(t, kind, fv.data(), lo, hi);
+        probs_and_grads_tile(s, dp, t.nq, lo, hi, p.scale, lse + h * T + t.q0,
+                             delta.data() + h * T + t.q0);
+      };
+      auto store = [&](const float* acc, int64_t t0, int64_t n, float* dst, int64_t ld) {
+        for (int64_t i = 0; i < n; ++i) {
+          std::memcpy(dst + (t0 + i) * ld, acc + i * dn, static_cast<size_t>(D) * sizeof(float));
+        }
+      };
+      if (task.kind == 0) {
+        // dV (acc0) and dK (acc1): Pᵀ and dSᵀ are read from the tile transposed by the packer.
+        const int64_t kt = task.tile, k0 = kt * kBk, nk = std::min(kBk, T - k0);
+        const auto [qt_lo, qt_hi] = mask.query_tiles(k0, nk);
+        for (int64_t h = kv * per_group; h < (kv + 1) * per_group; ++h) {
+          for (int64_t qt = qt_lo; qt <= qt_hi; ++qt) {
+            const Tile t{qt * kBq, std::min(kBq, T - qt * kBq), k0, nk};
+            const TileMask kind = mask.classify(t);
+            if (kind == TileMask::kSkip) continue;
+            probs_and_grads(h, t, kind, qt, kt);
+            const int64_t kc = g.k_steps(t.nq);
+            g.pack_a(s, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
+            g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, dout_b.at(h, qt), Block::kDByTile,
+                      acc0, dn, true);
+            g.pack_a(dp, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
+            g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, q_b.at(h, qt), Block::kDByTile,
+                      acc1, dn, true);
+          }
+        }
+        store(acc0, k0, nk, dv + kv * D, sh.ld_kv);
+        store(acc1, k0, nk, dk + kv * D, sh.ld_kv);
+      } else {
+        // dQ (acc0).
+        const int64_t h = task.h, qt = task.tile, q0 = qt * kBq, nq = std::min(kBq, T - q0);
+        const auto [kt_lo, kt_hi] = mask.key_tiles(q0, nq);
+        for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
+          const Tile t{q0, nq, kt * kBk, std::min(kBk, T - kt * kBk)};
+          const TileMask kind = mask.classify(t);
+          if (kind == TileMask::kSkip) continue;
+          probs_and_grads(h, t, kind, qt, kt);
+          g.pack_a(dp, kBk, Trans::kNo, nq, t.nk, Block::kRowsByTile, w.a.data());
+          g.product(nq, D, g.k_steps(t.nk), w.a.data(), Block::kRowsByTile, kt_b.at(kv, kt),
+                    Block::kDByTile, acc0, dn, true);
+        }
+        store(acc0, q0, nq, dq + h * D, sh.ld_q);
+      }
+    });
+  }
+}
+
+}  // namespace nanogpt

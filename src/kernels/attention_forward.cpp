@@ -1,0 +1,117 @@
+// The attention forward: pack every K/V head's K (as the left side of K·Qᵀ) and V (the right side
+// of P·V) once, then one task per (query head, query tile), reading its group's K/V head. Scores
+// are computed transposed, keys by queries, so the softmax runs with queries along the vector lanes
+// and P is read by the packer with its queries contiguous (the packers' fast direction). The task's
+// output rows live in `o` while the key tiles stream past, rescaled whenever a row's running max
+// grows. In bf16 the packers round q, k, v and P as they copy; the scores, the softmax statistics
+// and o stay fp32. Key tiles a query does not see contribute exact zeros, so a query's bits depend
+// only on the key tiles, not on which other queries share its tile: decoding over a cache gives the
+// rows a full forward gives.
+
+#include "kernels/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "kernels/attention_internal.hpp"
+#include "kernels/attention_mask.hpp"
+#include "kernels/attention_shape.hpp"
+#include "kernels/attention_tile_math.hpp"
+#include "kernels/attention_work.hpp"
+#include "kernels/gemm/microkernel.hpp"
+#include "kernels/gemm/tile_gemm.hpp"
+#include "runtime/aligned_memory.hpp"
+#include "runtime/integer_math.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace nanogpt {
+
+void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p, float* out,
+                            float* lse) {
+  validate_tensors(p, "attention_forward");
+  const Shape sh = shape_of(p);
+  const AttentionMask mask(p);
+  if (sh.T == 0) return;
+  const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nqt = ceil_div(T, kBq);
+  const int64_t nkt = ceil_div(sh.T_kv, kBk);
+  const TileGemm g(kernel, p.precision, kBk, D);
+  const int64_t dn = g.dn(), rows = g.rows();
+  const std::vector<int64_t> fv = mask.first_visible_of_queries();
+  std::vector<int64_t> per_qt, per_kt;
+  mask.visited_counts(per_qt, per_kt);
+
+  ThreadPool& pool = ThreadPool::current();
+  struct Scratch {
+    AlignedBuffer q, p, s, o;
+    float m[kBq], l[kBq], alpha[kBq];
+    int32_t lo[kBq], hi[kBq];
+  };
+  std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
+  const int64_t kv_head_bytes = nkt * (g.bytes(Block::kRowsByD) + g.bytes(Block::kDByTile));
+  const int64_t group = heads_per_group(kv_head_bytes, sh.H_kv);
+  std::byte* workspace = packing_workspace(group * kv_head_bytes);
+  for (int64_t g0 = 0; g0 < sh.H_kv; g0 += group) {
+    const int64_t kv_heads = std::min(group, sh.H_kv - g0);
+    int64_t offset = 0;
+    const Packed k_pack(g, Block::kRowsByD, nkt, g0, kv_heads, workspace, &offset);
+    const Packed v_pack(g, Block::kDByTile, nkt, g0, kv_heads, workspace, &offset);
+    pool.parallel_for(static_cast<size_t>(kv_heads * nkt), [&](size_t task, int) {
+      const int64_t kv = g0 + static_cast<int64_t>(task) / nkt;
+      const int64_t kt = static_cast<int64_t>(task) % nkt;
+      const int64_t k0 = kt * kBk, nk = std::min(kBk, sh.T_kv - k0);
+      const int64_t at = k0 * sh.ld_kv + kv * D;
+      g.pack_a(p.k + at, sh.ld_kv, Trans::kNo, nk, D, Block::kRowsByD, k_pack.at(kv, kt));
+      g.pack_b(p.v + at, sh.ld_kv, Trans::kYes, D, nk, Block::kDByTile, v_pack.at(kv, kt));
+    });
+
+    std::vector<Task> tasks;
+    for (int64_t h = g0 * sh.per_group; h < (g0 + kv_heads) * sh.per_group; ++h) {
+      for (int64_t qt = nqt - 1; qt >= 0; --qt) {
+        tasks.push_back({per_qt[static_cast<size_t>(qt)], qt, h, sh.kv_head(h), 0});
+      }
+    }
+    sort_tasks(tasks);
+    pool.parallel_for(tasks.size(), [&](size_t index, int worker) {
+      const int64_t h = tasks[index].h, kv = tasks[index].kv, q0 = tasks[index].tile * kBq;
+      const int64_t nq = std::min(kBq, T - q0);
+      Scratch& w = scratch[static_cast<size_t>(worker)];
+      w.q.reserve(static_cast<size_t>(g.bytes(Block::kTileByD)));
+      w.p.reserve(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
+      w.s.reserve(static_cast<size_t>(rows * kBq) * sizeof(float), /*zero_new=*/true);
+      w.o.reserve(static_cast<size_t>(rows * dn) * sizeof(float));
+      float* s = w.s.floats();
+      float* o = w.o.floats();
+      std::fill(o, o + rows * dn, 0.0f);
+      std::fill(w.m, w.m + kBq, kNegInf);
+      std::fill(w.l, w.l + kBq, 0.0f);
+      const TaskScope scope(g);
+      g.pack_b(p.q + q0 * sh.ld_q + h * D, sh.ld_q, Trans::kNo, nq, D, Block::kTileByD, w.q.data());
+      const auto [kt_lo, kt_hi] = mask.key_tiles(q0, nq);
+      for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
+        const Tile t{q0, nq, kt * kBk, std::min(kBk, sh.T_kv - kt * kBk)};
+        const TileMask kind = mask.classify(t);
+        if (kind == TileMask::kSkip) continue;
+        g.product(t.nk, nq, g.dk(), k_pack.at(kv, kt), Block::kRowsByD, w.q.data(), Block::kTileByD,
+                  s, kBq, false);
+        mask.visible_ranges(t, kind, fv.data(), w.lo, w.hi);
+        online_softmax_tile(s, t.nk, w.lo, w.hi, kind == TileMask::kFull, p.scale, w.m, w.l,
+                            w.alpha);
+        scale_rows(o, nq, dn, w.alpha);
+        g.pack_a(s, kBq, Trans::kYes, nq, t.nk, Block::kRowsByTile, w.p.data());
+        g.product(nq, D, g.k_steps(t.nk), w.p.data(), Block::kRowsByTile, v_pack.at(kv, kt),
+                  Block::kDByTile, o, dn, true);
+      }
+      for (int64_t i = 0; i < nq; ++i) {
+        float* dst = out + (q0 + i) * hd + h * D;
+        const float inv = 1.0f / w.l[i];
+        for (int64_t e = 0; e < D; ++e) dst[e] = o[i * dn + e] * inv;
+        lse[h * T + q0 + i] = w.m[i] + std::log(w.l[i]);
+      }
+    });
+  }
+}
+
+}  // namespace nanogpt

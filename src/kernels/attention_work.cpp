@@ -1,0 +1,37 @@
+#include "kernels/attention_work.hpp"
+
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/attention_internal.hpp"
+#include "runtime/aligned_memory.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+std::atomic<int64_t> packed_budget{int64_t{2} << 20};
+
+}  // namespace
+
+int64_t heads_per_group(int64_t bytes_per_head, int64_t H) {
+  return std::clamp<int64_t>(packed_budget.load(std::memory_order_relaxed) / bytes_per_head, 1, H);
+}
+
+int64_t set_attention_packed_budget(int64_t bytes) {
+  return packed_budget.exchange(bytes);
+}
+
+std::byte* packing_workspace(int64_t bytes) {
+  thread_local AlignedBuffer buf;
+  buf.reserve(static_cast<size_t>(bytes));
+  return buf.data();
+}
+
+void sort_tasks(std::vector<Task>& tasks) {
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) {
+    return a.kv != b.kv ? a.kv < b.kv : a.cost > b.cost;
+  });
+}
+
+}  // namespace nanogpt

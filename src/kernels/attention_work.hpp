@@ -1,0 +1,53 @@
+// How the attention kernels divide their work: heads in groups whose packed operands fit a
+// budget, each operand of a group carved from one workspace in blocks of a tile of tokens, and
+// the tasks of a parallel loop ordered by cost. None of it changes a result.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/gemm/tile_gemm.hpp"
+
+namespace nanogpt {
+
+// Packed operands stay in the caches while their heads are worked on only if they are not too
+// many: heads are processed in groups whose packed operands take about this much (at least one
+// head), about one core's L2 here. At T = 1024, D = 128 that is one head per group backward
+// and two (fp32) or four (bf16) forward. Measured single-threaded on the speedrun shape, one
+// head per group beat all six at once by 4-10% backward; with two threads the difference was
+// within the noise. This is how many heads of bytes_per_head each make a group under that
+// budget (set_attention_packed_budget), from 1 to H.
+int64_t heads_per_group(int64_t bytes_per_head, int64_t H);
+
+// The calling thread's buffer for packed operands, kept across calls (as the GEMM driver keeps
+// its own) so that each call does not fault its pages in again.
+std::byte* packing_workspace(int64_t bytes);
+
+// One operand of the heads [h0, h0 + heads) of a group, packed in blocks of one tile of tokens: block
+// (h, t) at ((h − h0)·nt + t)·block_bytes. Carved from the workspace at *offset, which it
+// advances.
+struct Packed {
+  std::byte* base;
+  int64_t block_bytes, nt, h0;
+  Packed(const TileGemm& g, Block b, int64_t n_tiles, int64_t first_head, int64_t heads,
+         std::byte* workspace, int64_t* offset)
+      : base(workspace + *offset), block_bytes(g.bytes(b)), nt(n_tiles), h0(first_head) {
+    *offset += heads * nt * block_bytes;
+  }
+  std::byte* at(int64_t h, int64_t t) const { return base + ((h - h0) * nt + t) * block_bytes; }
+};
+
+// Tasks by key/value head, and within one in decreasing cost, so the tasks left for the end of
+// the loop are short, and the threads work on the same packed operands. The order changes no
+// result: each task computes its outputs alone.
+struct Task {
+  int64_t cost, tile;
+  int64_t h;   // the query head (a key-tile task: the key/value head)
+  int64_t kv;  // the key/value head whose operands it reads
+  int kind;    // backward: 0 owns a key tile (dK, dV), 1 a query tile (dQ)
+};
+
+void sort_tasks(std::vector<Task>& tasks);
+
+}  // namespace nanogpt

@@ -1,0 +1,79 @@
+#include "kernels/gemm/tile_gemm.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/gemm/layout.hpp"
+#include "runtime/error.hpp"
+
+namespace nanogpt {
+
+TileGemm::TileGemm(const MicroKernel& kernel, Precision precision, int64_t tile, int64_t D)
+    : kernel_(kernel),
+      source_(precision == Precision::kBf16 ? PackSource::kF32ToBf16 : PackSource::kF32),
+      mr_(kernel.mr),
+      nr_(kernel.nr),
+      ks_(kernel.k_step),
+      bytes_(kernel.packed_bytes),
+      pack_a_(kernel.pack_a[static_cast<int>(source_)]),
+      pack_b_(kernel.pack_b[static_cast<int>(source_)]),
+      tile_(tile),
+      rows_(round_up(tile, kernel.mr)),
+      dk_(round_up(D, kernel.k_step)),
+      dn_(round_up(D, kernel.nr)) {
+  if (pack_a_ == nullptr || pack_b_ == nullptr || tile_ % nr_ != 0 || tile_ % ks_ != 0) {
+    throw Error(std::string("attention: the ") + kernel.isa + " micro-kernel cannot run " +
+                (precision == Precision::kBf16 ? "bf16" : "fp32") + " tile products of " +
+                std::to_string(tile) + " tokens (it needs packers for that precision, and nr " +
+                "and k step dividing the tile)");
+  }
+  const layout::Layout la_d = kernel.a_layout(rows_, dk_), la_t = kernel.a_layout(rows_, tile_);
+  const layout::Layout lb_d = kernel.b_layout(dk_, tile_), lb_t = kernel.b_layout(tile_, dn_);
+  for (int64_t i = 0; i < rows_; i += mr_) {
+    offsets(Block::kRowsByD).push_back(la_d(i, 0) * bytes_);
+    offsets(Block::kRowsByTile).push_back(la_t(i, 0) * bytes_);
+  }
+  for (int64_t j = 0; j < tile_; j += nr_) offsets(Block::kTileByD).push_back(lb_d(0, j) * bytes_);
+  for (int64_t j = 0; j < dn_; j += nr_) offsets(Block::kDByTile).push_back(lb_t(0, j) * bytes_);
+  size_[static_cast<int>(Block::kRowsByD)] = rows_ * dk_ * bytes_;
+  size_[static_cast<int>(Block::kRowsByTile)] = rows_ * tile_ * bytes_;
+  size_[static_cast<int>(Block::kTileByD)] = tile_ * dk_ * bytes_;
+  size_[static_cast<int>(Block::kDByTile)] = tile_ * dn_ * bytes_;
+}
+
+void TileGemm::pack_a(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid,
+                      Block b, std::byte* out) const {
+  const int64_t kp = b == Block::kRowsByD ? dk_ : tile_;
+  const std::vector<int64_t>& off = offsets(b);
+  for (size_t p = 0; p < off.size(); ++p) {
+    const int64_t first = static_cast<int64_t>(p) * mr_;
+    pack_a_(src, ld, trans, first, std::clamp<int64_t>(valid - first, 0, mr_), k_valid, kp,
+            out + off[p]);
+  }
+}
+
+void TileGemm::pack_b(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid,
+                      Block b, std::byte* out) const {
+  const int64_t kp = b == Block::kTileByD ? dk_ : tile_;
+  const std::vector<int64_t>& off = offsets(b);
+  for (size_t p = 0; p < off.size(); ++p) {
+    const int64_t first = static_cast<int64_t>(p) * nr_;
+    pack_b_(src, ld, trans, first, std::clamp<int64_t>(valid - first, 0, nr_), k_valid, kp,
+            out + off[p]);
+  }
+}
+
+void TileGemm::product(int64_t rows, int64_t cols, int64_t kc, const std::byte* a, Block ba,
+                       const std::byte* b, Block bb, float* c, int64_t ldc, bool accumulate) const {
+  const std::vector<int64_t>& a_off = offsets(ba);
+  const std::vector<int64_t>& b_off = offsets(bb);
+  for (int64_t jp = 0; jp < cols; jp += nr_) {
+    const std::byte* bp = b + b_off[static_cast<size_t>(jp / nr_)];
+    for (int64_t ip = 0; ip < rows; ip += mr_) {
+      kernel_.fn(kc, a + a_off[static_cast<size_t>(ip / mr_)], bp, c + ip * ldc + jp, ldc,
+                 accumulate);
+    }
+  }
+}
+
+}  // namespace nanogpt

@@ -1,0 +1,89 @@
+// Products of one tile of tokens by the head dimension on a chosen GEMM micro-kernel, as
+// attention runs them: operands packed once into the kernel's own panels, then the kernel run
+// over a block of micro-tiles at a time, on the calling thread (no driver, no blocking: a tile
+// is small and the caller owns the parallel loop).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/gemm.hpp"
+#include "kernels/gemm/microkernel.hpp"
+#include "kernels/matmul.hpp"
+#include "runtime/integer_math.hpp"
+
+namespace nanogpt {
+
+// The shapes of packed operand blocks, each one tile of `tile` tokens (64 in attention) by the
+// head dimension D. A blocks are tile rows by D as k (attention: K, Q, dO as the left side of
+// K·Qᵀ, Q·Kᵀ, dO·Vᵀ) or by tile tokens as k (P, Pᵀ, dS, dSᵀ); B blocks are tile columns by D
+// as k (Q, K, V as the right side of those score products), or D as columns by tile tokens as
+// k (V, dO, Q, K as the right side of P·V, Pᵀ·dO, dSᵀ·Q, dS·K).
+enum class Block { kRowsByD, kRowsByTile, kTileByD, kDByTile };
+
+// The tile products of one call, on one micro-kernel: packing into its panels and running it
+// over a block of micro-tiles. A block's micro-panels are located through the kernel's own
+// layouts once, here, and every micro-panel is packed starting at k = 0, so the kernel can be
+// run over a prefix of k (a partial tile's tokens).
+class TileGemm {
+ public:
+  // Error unless the kernel packs the precision's operands (fp32 kept, or fp32 rounded to bf16)
+  // and its nr and k step divide the tile, so tiles need no padding as columns or as k.
+  TileGemm(const MicroKernel& kernel, Precision precision, int64_t tile, int64_t D);
+
+  // Bytes of a packed block, rounded up to a cache line.
+  int64_t bytes(Block b) const { return round_up(size_[static_cast<int>(b)], 64); }
+  int64_t rows() const { return rows_; }  // of an A block: tile padded to mr
+  int64_t dn() const { return dn_; }      // D padded to nr: the row length of accumulators
+  int64_t dk() const { return dk_; }      // D padded to the k step
+  int64_t k_steps(int64_t k) const { return round_up(k, ks_); }
+
+  // An A block of `valid` rows of Y (Y[i][k] = src[i·ld + k], or src[k·ld + i] transposed) and
+  // k_valid values of k; the rest of the block is zero.
+  void pack_a(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
+              std::byte* out) const;
+
+  // A B block seen as its columns: `valid` rows of Y = op(B)ᵀ, as for pack_a.
+  void pack_b(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
+              std::byte* out) const;
+
+  // c[0:rows, 0:cols] (+)= A·B over the first kc values of k, rows and cols rounded up to
+  // whole micro-tiles (c must have room for them).
+  void product(int64_t rows, int64_t cols, int64_t kc, const std::byte* a, Block ba,
+               const std::byte* b, Block bb, float* c, int64_t ldc, bool accumulate) const;
+
+  void begin_task() const {
+    if (kernel_.begin_task != nullptr) kernel_.begin_task();
+  }
+  void end_task() const {
+    if (kernel_.end_task != nullptr) kernel_.end_task();
+  }
+
+ private:
+  std::vector<int64_t>& offsets(Block b) { return offsets_[static_cast<int>(b)]; }
+  const std::vector<int64_t>& offsets(Block b) const { return offsets_[static_cast<int>(b)]; }
+
+  const MicroKernel& kernel_;
+  PackSource source_;
+  int64_t mr_, nr_, ks_, bytes_;
+  PanelPackFn pack_a_, pack_b_;
+  int64_t tile_, rows_, dk_, dn_;
+  std::vector<int64_t> offsets_[4];  // bytes from a block's start to each micro-panel
+  int64_t size_[4] = {};
+};
+
+// Calls begin_task/end_task around one task's products (AMX: the tile configuration is per
+// thread, and released tiles cost nothing at a context switch).
+class TaskScope {
+ public:
+  explicit TaskScope(const TileGemm& g) : g_(g) { g_.begin_task(); }
+  ~TaskScope() { g_.end_task(); }
+  TaskScope(const TaskScope&) = delete;
+  TaskScope& operator=(const TaskScope&) = delete;
+
+ private:
+  const TileGemm& g_;
+};
+
+}  // namespace nanogpt
