@@ -12,6 +12,7 @@
 
 #include "kernels/fp8.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/target.hpp"
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
@@ -20,7 +21,7 @@
 // The row loops below are compiled once per ISA, as the GEMM's micro-kernel is: the library is
 // built without -march, and these loops (two or three exps per logit) are the only work besides
 // the GEMM.
-#define NANOGPT_ROW_KERNEL __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#define NANOGPT_ROW_KERNEL NANOGPT_TARGET_CLONES
 
 namespace nanogpt {
 

@@ -1,7 +1,5 @@
 #include "kernels/gemm/driver.hpp"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <new>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "kernels/autotune.hpp"
+#include "kernels/target.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
@@ -54,7 +53,7 @@ void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end, int6
     for (int spins = 0; flags[p].load(std::memory_order_acquire) != kReady; ++spins) {
       // The packer is running (it waits for nothing), so this ends; yield when oversubscribed.
       if (spins < 1000) {
-        _mm_pause();
+        spin_pause();
       } else {
         std::this_thread::yield();
       }
