@@ -109,7 +109,8 @@ TEST(Bf16, VectorRoundingMatchesScalarBitForBit) {
   };
 
   // The fp32-layout packer rounding to bf16 (integer arithmetic; any AVX-512BW CPU).
-  const PanelPackFn fp32_pack = pack::fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, 32>();
+  const PanelPackFn fp32_pack =
+      pack::fp32_pack_table_avx512<32>()[static_cast<size_t>(PackSource::kF32ToBf16)];
   std::vector<float> panel(1024);
   for (size_t b = 0; b < x.size(); b += 1024) {
     fp32_pack(x.data() + b, 32, Trans::kNo, 0, 32, 32, 32, panel.data());

@@ -15,6 +15,7 @@
 #include "kernels/fp8.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 
 namespace nanogpt {
 namespace {
@@ -406,6 +407,41 @@ TEST(FusedLinearCrossEntropy, BitwiseIdenticalAcrossThreadCounts) {
             << label;
       }
     }
+  }
+}
+
+TEST(FusedLinearCrossEntropy, KeepsItsBuffersInTheWorkspaceInScope) {
+  const Problem pr = make_problem(300, 64, 2053, 20.0f, 401);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    FusedLossParams p = pr.params();
+    p.precision = precision;
+    p.row_block = 100;  // products under the autotuner's threshold: no timing runs
+    const std::string label = describe(p);
+    const Outputs in_default = run_fused(pr, p, 1e-3, 1);
+    Workspace ws("fused loss test");
+    {
+      Workspace::Use use(ws);
+      const Outputs first = run_fused(pr, p, 1e-3, 1);
+      const size_t held = ws.bytes_held();
+      // The logits (and bf16 gradients) of a block, plus the GEMM's scratch.
+      EXPECT_GE(held, fused_linear_cross_entropy_workspace_bytes(p) -
+                          static_cast<size_t>(p.row_block) * sizeof(double))
+          << label;
+      const Outputs again = run_fused(pr, p, 1e-3, 1);
+      EXPECT_EQ(ws.bytes_held(), held) << label;
+      EXPECT_EQ(ws.peak_bytes(), held) << label;
+      for (const Outputs* o : {&first, &again}) {
+        EXPECT_EQ(o->backward_total, in_default.backward_total) << label;
+        EXPECT_EQ(0, std::memcmp(o->dx.data(), in_default.dx.data(),
+                                 in_default.dx.size() * sizeof(float)))
+            << label;
+        EXPECT_EQ(0, std::memcmp(o->dW.data(), in_default.dW.data(),
+                                 in_default.dW.size() * sizeof(float)))
+            << label;
+      }
+    }
+    ws.release();
+    EXPECT_EQ(ws.bytes_held(), 0u) << label;
   }
 }
 

@@ -415,6 +415,32 @@ TEST(Gemm, PublicEntryPointsUseTheActiveKernels) {
   EXPECT_TRUE(same_bits(x, y)) << "bf16 A, fp32 B";
 }
 
+// Every entry of the kernel table this CPU can run is complete: what the driver calls is there,
+// its blocking is in its own units, and it reads every source its kind must (fp32 kernels all
+// three, bf16-product kernels fp32 rounded to bf16 and bf16).
+TEST(GemmIsa, KernelTableEntriesAreComplete) {
+  for (const MicroKernel& k : bf16_microkernels_under_test()) {
+    SCOPED_TRACE(k.isa);
+    EXPECT_GT(k.mr, 0);
+    EXPECT_GT(k.nr, 0);
+    EXPECT_NE(k.fn, nullptr);
+    EXPECT_NE(k.finish, nullptr);
+    EXPECT_NE(k.a_layout, nullptr);
+    EXPECT_NE(k.b_layout, nullptr);
+    EXPECT_TRUE(k.runnable == nullptr || k.runnable());
+    EXPECT_EQ(k.blocking.mc % k.mr, 0);
+    EXPECT_EQ(k.blocking.nc % k.nr, 0);
+    EXPECT_EQ(k.blocking.kc % k.k_step, 0);
+    EXPECT_EQ(k.packed_bytes, k.bf16_products ? 2 : 4);
+    for (PackSource s : {PackSource::kF32, PackSource::kF32ToBf16, PackSource::kBf16}) {
+      const bool must = !k.bf16_products || s != PackSource::kF32;
+      const auto i = static_cast<size_t>(s);
+      EXPECT_EQ(k.pack_a[i] != nullptr, must) << "pack_a source " << i;
+      EXPECT_EQ(k.pack_b[i] != nullptr, must) << "pack_b source " << i;
+    }
+  }
+}
+
 TEST(GemmIsa, CapRulesAndErrors) {
   const std::vector<IsaLevel> have = available_isas();
   ASSERT_FALSE(have.empty());

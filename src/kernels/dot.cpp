@@ -1,11 +1,12 @@
 #include "kernels/dot.hpp"
 
+#include "kernels/target.hpp"
+
 namespace nanogpt {
 
 // Exact products (float × float fits a double), lane sums in a fixed order: every clone gives
 // the same bits, whatever its vector width.
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) double dot_double(
-    const float* a, const float* b, int64_t n) {
+NANOGPT_TARGET_CLONES double dot_double(const float* a, const float* b, int64_t n) {
   return dot_double_lanes(a, b, n);
 }
 

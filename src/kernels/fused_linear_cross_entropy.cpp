@@ -13,14 +13,16 @@
 #include "kernels/exp_approx.hpp"
 #include "kernels/fp8.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/target.hpp"
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 
 // The row loops below are compiled once per ISA, as the GEMM's micro-kernel is: the library is
 // built without -march, and these loops (two or three exps per logit) are the only work besides
 // the GEMM.
-#define NANOGPT_ROW_KERNEL __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#define NANOGPT_ROW_KERNEL NANOGPT_TARGET_CLONES
 
 namespace nanogpt {
 
@@ -337,20 +339,18 @@ RowLoss row_loss(float* v, int64_t target, const Config& c) {
 
 // ---- the fused head -------------------------------------------------------------------------
 
-// The logits workspace is kept by the calling thread from one call to the next and only ever
-// grows: allocating it per call (up to kMaxLogitsWorkspaceBytes) cost a page fault and the
-// kernel's zeroing of every page, each call (5% of a T = 4096, V = 8192 call). It is a buffer of
-// its own rather than a cache of aligned operator new, which glibc did not reuse (the process
-// grew 37, 69, 133 MiB after 1, 5, 17 calls).
+// The logits workspace is kept in the caller's Workspace (runtime/workspace.hpp) from one call
+// to the next: allocating it per call (up to kMaxLogitsWorkspaceBytes) cost a page fault and
+// the kernel's zeroing of every page, each call (5% of a T = 4096, V = 8192 call). It is a
+// buffer of its own rather than a cache of aligned operator new, which glibc did not reuse (the
+// process grew 37, 69, 133 MiB after 1, 5, 17 calls).
 float* logits_workspace(int64_t floats) {
-  thread_local AlignedBuffer workspace;
-  return static_cast<float*>(workspace.reserve(static_cast<size_t>(floats) * sizeof(float)));
+  return Workspace::current().get<float>("fused_loss.logits", static_cast<size_t>(floats));
 }
 
 // With bf16 products, the rows' gradients in bf16, [rows, ld]; kept the same way.
 bf16* gradient_workspace(int64_t values) {
-  thread_local AlignedBuffer workspace;
-  return static_cast<bf16*>(workspace.reserve(static_cast<size_t>(values) * sizeof(bf16)));
+  return Workspace::current().get<bf16>("fused_loss.gradient_bf16", static_cast<size_t>(values));
 }
 
 class FusedHead {

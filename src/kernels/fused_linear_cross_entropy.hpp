@@ -18,12 +18,13 @@
 //
 // Memory a call uses (fused_linear_cross_entropy_workspace_bytes counts it):
 //   the logits workspace, row_block × ld floats (ld: V rounded up to an odd number of 64-byte
-//   lines, so that reading it down a column does not hit a few cache sets only), kept by the
-//   calling thread for its later calls (grown, never shrunk), with bf16 products as many bf16
-//   for the rows' gradients (kept the same way), and 8 bytes of loss per row of a block;
+//   lines, so that reading it down a column does not hit a few cache sets only), kept in the
+//   caller's Workspace (runtime/workspace.hpp) for later calls (grown, never shrunk, freed with
+//   the workspace), with bf16 products as many bf16 for the rows' gradients (kept the same way),
+//   and 8 bytes of loss per row of a block;
 //   with fp8, the rounded W once per call (V×d floats; rounding per block instead would redo it
 //   for every row block) and the rounded rows of one block (row_block × d floats).
-// Not counted: the GEMM's packing buffers, which it keeps per calling thread for later calls:
+// Not counted: the GEMM's packing buffers, which it keeps in the same workspace for later calls:
 // a packed copy of a product's whole A operand, for dx and dW the block's g (as large as the
 // workspace), and at most ~4 MiB of packed B.
 // So O(V·d + row_block·(V + d)), and nothing of size T×V unless T <= row_block.

@@ -22,15 +22,7 @@ GemmBlocking normalized(const GemmBlocking& b, const MicroKernel& kernel, int64_
 
 GemmBlocking default_blocking(const MicroKernel& kernel, int64_t M, int64_t N, int64_t K,
                               int threads) {
-  GemmBlocking b;
-  if (kernel.level == IsaLevel::kAmx) {
-    b = {128, 128, 512};
-  } else if (kernel.bf16_products) {
-    b = {96, 256, 512};
-  } else {
-    b = {96, 256, 256};
-  }
-  b = normalized(b, kernel, M, N, K);
+  GemmBlocking b = normalized(kernel.blocking, kernel, M, N, K);
   // Enough tasks that the threads finish together: shrink the task width, then the height.
   const int64_t want = 4 * static_cast<int64_t>(std::max(threads, 1));
   while (ceil_div(M, b.mc) * ceil_div(N, b.nc) < want && b.nc > kernel.nr) {

@@ -12,15 +12,11 @@
 
 namespace nanogpt {
 
-struct GemmBlocking {
-  int64_t mc = 0;            // rows of C per task: a multiple of the kernel's mr
-  int64_t nc = 0;            // columns of C per task: a multiple of nr; the unit of work handed out
-  int64_t kc = 0;            // depth of one micro-kernel call: a multiple of k_step (0: all of K)
-  std::string name() const;  // "mc128_nc256_kc512"
-  bool operator==(const GemmBlocking&) const = default;
-};
+// GemmBlocking (mc, nc, kc) is declared in microkernel.hpp, where each kernel's entry carries
+// its defaults.
 
-// A good blocking without measuring: sized for L1/L2 and for at least a few tasks per thread.
+// A good blocking without measuring: the kernel's blocking (sized for L1/L2), clipped to the
+// problem and shrunk until there are at least a few tasks per thread.
 GemmBlocking default_blocking(const MicroKernel& kernel, int64_t M, int64_t N, int64_t K,
                               int threads);
 // What the autotuner chooses among; the first is default_blocking().

@@ -1,20 +1,19 @@
 #include "kernels/gemm/driver.hpp"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
-#include <memory>
 #include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kernels/autotune.hpp"
-#include "runtime/aligned_memory.hpp"
+#include "kernels/target.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 
 namespace nanogpt {
 
@@ -24,48 +23,37 @@ namespace {
 // row block, so it should stay in the (shared) last-level cache.
 constexpr int64_t kPackedBBytes = int64_t{4} << 20;
 
-// Per-panel packing state: empty, being packed (by the task that claimed it), ready.
-class PanelFlags {
- public:
-  std::atomic<uint8_t>* reset(size_t n) {
-    if (n > capacity_) {
-      flags_.reset(new std::atomic<uint8_t>[n]);
-      capacity_ = n;
-    }
-    for (size_t i = 0; i < n; ++i) flags_[i].store(0, std::memory_order_relaxed);
-    return flags_.get();
-  }
-
- private:
-  std::unique_ptr<std::atomic<uint8_t>[]> flags_;
-  size_t capacity_ = 0;
-};
+// Per-panel packing state, n flags at `memory` (from the workspace), all set empty.
+std::atomic<uint8_t>* empty_flags(std::byte* memory, size_t n) {
+  auto* flags = reinterpret_cast<std::atomic<uint8_t>*>(memory);
+  for (size_t i = 0; i < n; ++i) new (&flags[i]) std::atomic<uint8_t>(0);
+  return flags;
+}
 
 constexpr uint8_t kEmpty = 0, kPacking = 1, kReady = 2;
 
 // Claims the panels of [begin, end) that no one has claimed, packs them with
-// pack(claimed, count), then waits for those others claimed.
+// pack(claimed, count), then waits for those others claimed. `claimed` has room for end − begin.
 template <class PackPanels>
-void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end,
+void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end, int64_t* claimed,
                    const PackPanels& pack) {
-  thread_local std::vector<int64_t> claimed;
-  claimed.clear();
+  size_t count = 0;
   for (int64_t p = begin; p < end; ++p) {
     uint8_t expected = kEmpty;
     if (flags[p].load(std::memory_order_relaxed) == kEmpty &&
         flags[p].compare_exchange_strong(expected, kPacking, std::memory_order_acquire)) {
-      claimed.push_back(p);
+      claimed[count++] = p;
     }
   }
-  if (!claimed.empty()) {
-    pack(claimed.data(), claimed.size());
-    for (int64_t p : claimed) flags[p].store(kReady, std::memory_order_release);
+  if (count > 0) {
+    pack(claimed, count);
+    for (size_t i = 0; i < count; ++i) flags[claimed[i]].store(kReady, std::memory_order_release);
   }
   for (int64_t p = begin; p < end; ++p) {
     for (int spins = 0; flags[p].load(std::memory_order_acquire) != kReady; ++spins) {
       // The packer is running (it waits for nothing), so this ends; yield when oversubscribed.
       if (spins < 1000) {
-        _mm_pause();
+        spin_pause();
       } else {
         std::this_thread::yield();
       }
@@ -144,62 +132,68 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
   if (ns >= N) ns = N;
   const int64_t ns_p = round_up(ns, nr);
 
-  // Buffers and flags belong to the calling thread and are reused across calls.
-  thread_local AlignedBuffer packed_a_buf, packed_b_buf;
-  thread_local PanelFlags a_flag_buf, b_flag_buf;
-  char* pa = static_cast<char*>(packed_a_buf.reserve(static_cast<size_t>(mp * kp * bytes)));
-  char* pb = static_cast<char*>(packed_b_buf.reserve(static_cast<size_t>(ns_p * kp * bytes)));
-  std::atomic<uint8_t>* a_flags = a_flag_buf.reset(static_cast<size_t>(m_panels));
+  // Scratch from the caller's workspace (runtime/workspace.hpp): the packed operands and
+  // their flags for the calling thread, and one task buffer per pool worker, passed in below.
+  Workspace& ws = Workspace::current();
+  char* pa = ws.get<char>("gemm.packed_a", static_cast<size_t>(mp * kp * bytes));
+  char* pb = ws.get<char>("gemm.packed_b", static_cast<size_t>(ns_p * kp * bytes));
+  std::atomic<uint8_t>* a_flags = empty_flags(ws.get("gemm.a_flags", static_cast<size_t>(m_panels)),
+                                              static_cast<size_t>(m_panels));
+  std::byte* b_flag_memory = ws.get("gemm.b_flags", static_cast<size_t>(ceil_div(ns, nr)));
+
+  // A task's buffer: the accumulator (two tiles taken in turn when K is a single block, each
+  // finished while hot in L1, else the task's whole MC×NC block, carried from one K block to the
+  // next), then the row parts of its A micro-panels, then the panels it claims to pack.
+  const bool one_block = n_kblocks == 1;
+  // The second tile starts 4 KiB + 256 B after the first: 4 KiB apart, loads from one would
+  // falsely alias stores to the other (same low address bits) and wait for them.
+  const int64_t tile_stride = mr * nr + 64;
+  const int64_t acc_floats = round_up(one_block ? 2 * tile_stride : blk.mc * blk.nc, 16);
+  const int64_t task_panels = std::max(blk.mc / mr, blk.nc / nr);
+  ThreadPool& pool = ThreadPool::current();
+  const std::span<std::byte* const> task_buffers =
+      ws.lanes("gemm.task", pool.size(), static_cast<size_t>(acc_floats * 4 + 2 * task_panels * 8));
 
   // A C larger than this (beyond the caches) and only written is stored non-temporally.
   constexpr int64_t kStreamBytes = int64_t{8} << 20;
   const bool stream_c = kernel.stream != nullptr && beta == 0.0f && M * N * 4 >= kStreamBytes &&
                         ldc % 16 == 0 && reinterpret_cast<uintptr_t>(C) % 64 == 0;
-  ThreadPool& pool = ThreadPool::current();
   const int64_t m_blocks = ceil_div(M, blk.mc);
   for (int64_t s0 = 0; s0 < N; s0 += ns) {
     const int64_t s_cols = std::min(ns, N - s0);
     const layout::Layout lb = kernel.b_layout(kp, round_up(s_cols, nr));
-    std::atomic<uint8_t>* b_flags = b_flag_buf.reset(static_cast<size_t>(ceil_div(s_cols, nr)));
+    std::atomic<uint8_t>* b_flags =
+        empty_flags(b_flag_memory, static_cast<size_t>(ceil_div(s_cols, nr)));
     const int64_t n_blocks = ceil_div(s_cols, blk.nc);
-    pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int) {
+    pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int worker) {
       const int64_t i0 = static_cast<int64_t>(task) / n_blocks * blk.mc;
       const int64_t j0 = static_cast<int64_t>(task) % n_blocks * blk.nc;  // within superblock
       const int64_t rows = std::min(blk.mc, M - i0);
       const int64_t cols = std::min(blk.nc, s_cols - j0);
-      ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), [&](const int64_t* p, size_t n) {
-        pack_panels(
-            pack_a, A, lda, trans_a, a_bytes, p, n, mr,
-            [&](int64_t q) { return std::min(mr, M - q * mr); }, k_valid, kp,
-            [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
-      });
-      ensure_packed(b_flags, j0 / nr, ceil_div(j0 + cols, nr), [&](const int64_t* p, size_t n) {
-        // B's panels are counted from the superblock's first column.
-        pack_panels(
-            pack_b, static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
-            ldb, flip(trans_b), b_bytes, p, n, nr,
-            [&](int64_t q) { return std::min(nr, N - s0 - q * nr); }, k_valid, kp,
-            [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
-      });
+      float* const acc_memory = reinterpret_cast<float*>(task_buffers[static_cast<size_t>(worker)]);
+      int64_t* const a_rows = reinterpret_cast<int64_t*>(acc_memory + acc_floats);
+      int64_t* const claimed = a_rows + task_panels;
+      ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed,
+                    [&](const int64_t* p, size_t n) {
+                      pack_panels(
+                          pack_a, A, lda, trans_a, a_bytes, p, n, mr,
+                          [&](int64_t q) { return std::min(mr, M - q * mr); }, k_valid, kp,
+                          [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
+                    });
+      ensure_packed(
+          b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, [&](const int64_t* p, size_t n) {
+            // B's panels are counted from the superblock's first column.
+            pack_panels(
+                pack_b,
+                static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
+                ldb, flip(trans_b), b_bytes, p, n, nr,
+                [&](int64_t q) { return std::min(nr, N - s0 - q * nr); }, k_valid, kp,
+                [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
+          });
 
-      // The accumulator: two tiles taken in turn when K is a single block (each finished
-      // while hot in L1), else the task's whole MC×NC block, carried from one K block to the
-      // next.
-      thread_local AlignedBuffer tile_buf, block_buf;
-      const bool one_block = n_kblocks == 1;
-      // The second tile starts 4 KiB + 256 B after the first: 4 KiB apart, loads from one would
-      // falsely alias stores to the other (same low address bits) and wait for them.
-      const int64_t tile_stride = mr * nr + 64;
-      float* tiles =
-          static_cast<float*>(tile_buf.reserve(static_cast<size_t>(2 * tile_stride) * 4));
-      float* block = one_block ? nullptr
-                               : static_cast<float*>(block_buf.reserve(
-                                     static_cast<size_t>(round_up(rows, mr) * blk.nc) * 4));
       // Micro-panel addresses from the layouts, whose offsets separate into a row part and a
       // column part: tabulated per task so the loops below only add.
-      thread_local std::vector<int64_t> a_rows;
-      a_rows.clear();
-      for (int64_t ip = i0; ip < i0 + rows; ip += mr) a_rows.push_back(la.row_part(ip));
+      for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) a_rows[t] = la.row_part(ip);
       // A tile is finished one micro-kernel call late: reading an accumulator right after the
       // kernel stored it (AMX tile stores especially) would wait for those stores to land.
       struct Pending {
@@ -230,9 +224,9 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
           const char* b = pb + (lb.col_part(jp) + b_k) * bytes;
           const int64_t tile_cols = std::min(nr, s_cols - jp);
           for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) {
-            const char* a = pa + (a_rows[static_cast<size_t>(t)] + a_k) * bytes;
-            float* acc = one_block ? tiles + (calls++ & 1) * tile_stride
-                                   : block + (ip - i0) * blk.nc + (jp - j0);
+            const char* a = pa + (a_rows[t] + a_k) * bytes;
+            float* acc = one_block ? acc_memory + (calls++ & 1) * tile_stride
+                                   : acc_memory + (ip - i0) * blk.nc + (jp - j0);
             const int64_t ld_acc = one_block ? nr : blk.nc;
             float* c = C + ip * ldc + s0 + jp;
             const int64_t tile_rows = std::min(mr, M - ip);

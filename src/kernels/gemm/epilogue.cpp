@@ -1,16 +1,13 @@
 #include "kernels/gemm/epilogue.hpp"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/bf16.hpp"
 #include "kernels/gemm/bf16_avx512.hpp"
+#include "kernels/target.hpp"
 
-// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
-// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+NANOGPT_ALLOW_AVX512_INTRINSICS
 
 namespace nanogpt {
 
@@ -63,18 +60,17 @@ void finish_tile_scalar(const float* acc, int64_t ld_acc, int64_t rows, int64_t 
 }
 
 // The same loops, vectorised by the compiler for AVX2.
-__attribute__((target("avx2,fma"))) void finish_tile_avx2(const float* acc, int64_t ld_acc,
-                                                          int64_t rows, int64_t cols, float alpha,
-                                                          float beta, float* c, int64_t ldc,
-                                                          const GemmEpilogue* ep, int64_t row,
-                                                          int64_t col) {
+NANOGPT_TARGET_AVX2 void finish_tile_avx2(const float* acc, int64_t ld_acc, int64_t rows,
+                                          int64_t cols, float alpha, float beta, float* c,
+                                          int64_t ldc, const GemmEpilogue* ep, int64_t row,
+                                          int64_t col) {
   finish_portable<1>(acc, ld_acc, rows, cols, alpha, beta, c, ldc, ep, row, col);
 }
 
 namespace {
 
 template <bool kStream>
-__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void finish_avx512(
+NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE void finish_avx512(
     const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha, float beta, float* c,
     int64_t ldc, const GemmEpilogue* ep, int64_t row, int64_t col) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta), zero = _mm512_setzero_ps();
@@ -121,15 +117,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void 
 
 }  // namespace
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void finish_tile_avx512(
-    const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha, float beta, float* c,
-    int64_t ldc, const GemmEpilogue* ep, int64_t row, int64_t col) {
+NANOGPT_TARGET_AVX512BW void finish_tile_avx512(const float* acc, int64_t ld_acc, int64_t rows,
+                                                int64_t cols, float alpha, float beta, float* c,
+                                                int64_t ldc, const GemmEpilogue* ep, int64_t row,
+                                                int64_t col) {
   finish_avx512<false>(acc, ld_acc, rows, cols, alpha, beta, c, ldc, ep, row, col);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void stream_tile_avx512(
-    const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha, float beta, float* c,
-    int64_t ldc, const GemmEpilogue* ep, int64_t row, int64_t col) {
+NANOGPT_TARGET_AVX512BW void stream_tile_avx512(const float* acc, int64_t ld_acc, int64_t rows,
+                                                int64_t cols, float alpha, float beta, float* c,
+                                                int64_t ldc, const GemmEpilogue* ep, int64_t row,
+                                                int64_t col) {
   finish_avx512<true>(acc, ld_acc, rows, cols, alpha, beta, c, ldc, ep, row, col);
 }
 

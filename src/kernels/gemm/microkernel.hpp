@@ -4,9 +4,13 @@
 // accumulator (row-major, ld_acc). The driver later finishes the tile into C (alpha, beta,
 // epilogue). Accumulating onto acc continues the same fp32 sum in the same order, so the
 // result does not depend on how K is blocked. One implementation per ISA, each in its own
-// file, compiled with that ISA's target attribute and chosen at run time.
+// file, compiled with that ISA's target attribute; each file makes its MicroKernel, the entry
+// that carries everything the driver needs of it (tile shape, packed layouts, packers, finish,
+// default cache blocking, what the CPU must have), and the kernel table
+// (microkernel_dispatch.cpp) lists the entries that dispatch chooses among at run time.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +50,19 @@ using FinishFn = void (*)(const float* acc, int64_t ld_acc, int64_t rows, int64_
 
 using LayoutFn = layout::Layout (*)(int64_t rows, int64_t k);
 
+// A kernel's packers for one operand, indexed by PackSource; null where it cannot read that
+// source. fp32 kernels take pack::fp32_pack_table (pack.hpp).
+using PackTable = std::array<PanelPackFn, 3>;
+
+// The driver's cache blocking, as a value the autotuner can choose (gemm/blocking.hpp).
+struct GemmBlocking {
+  int64_t mc = 0;            // rows of C per task: a multiple of the kernel's mr
+  int64_t nc = 0;            // columns of C per task: a multiple of nr; the unit of work handed out
+  int64_t kc = 0;            // depth of one micro-kernel call: a multiple of k_step (0: all of K)
+  std::string name() const;  // "mc128_nc256_kc512"
+  bool operator==(const GemmBlocking&) const = default;
+};
+
 struct MicroKernel {
   const char* isa;  // the kernel's name: "scalar", "avx2", "avx512", "avx512_bf16", "amx"
   int64_t mr, nr;
@@ -57,8 +74,8 @@ struct MicroKernel {
   // Packed layouts: A as (rows, k), B as (k, cols); extents are multiples of mr, nr, k_step.
   LayoutFn a_layout = nullptr;
   LayoutFn b_layout = nullptr;  // called as (k, cols)
-  PanelPackFn pack_a[3] = {};   // indexed by PackSource; null where the kernel cannot take it
-  PanelPackFn pack_b[3] = {};
+  PackTable pack_a = {};
+  PackTable pack_b = {};
   FinishFn finish = nullptr;
   // Optional: finish with non-temporal stores (epilogue.hpp, stream_tile_avx512), for large C.
   FinishFn stream = nullptr;
@@ -66,6 +83,11 @@ struct MicroKernel {
   // last (AMX: load and release the tile configuration, which is per thread).
   void (*begin_task)() = nullptr;
   void (*end_task)() = nullptr;
+  // The cache blocking to start from, sized for this kernel's tile and operand bytes
+  // (default_blocking adapts it to the problem and thread count; the autotuner varies it).
+  GemmBlocking blocking = {96, 256, 256};
+  // Whether this CPU (and OS) can run the kernel and its packers and finish; null: any x86-64.
+  bool (*runnable)() = nullptr;
 };
 
 MicroKernel microkernel_scalar();
@@ -77,6 +99,7 @@ MicroKernel microkernel_amx();
 // model of the tile unit (microkernel_amx.cpp). Needs AVX-512 BW, VL and BF16 for its packers.
 MicroKernel microkernel_amx_emulated();
 
+// Dispatch, over the kernel table:
 // The fp32 kernel in use: the best one at or below isa_cap() (an error if NANOGPT_ISA names an
 // ISA the CPU lacks).
 const MicroKernel& active_microkernel();

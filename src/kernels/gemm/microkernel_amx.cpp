@@ -1,18 +1,16 @@
 // bf16 products with AMX: a 32×32 fp32 micro-tile held in four 16×16 C tiles (tmm0..3), two A
 // tiles (tmm4, 5: 16 rows × 32 k) and two B tiles (tmm6, 7: 16 k pairs × 16 columns, VNNI)
 // per 32-deep k step, and four TDPBF16PS — each loaded tile feeds two products.
-#include <immintrin.h>
-
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/gemm/epilogue.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
+#include "kernels/target.hpp"
+#include "runtime/cpu_info.hpp"
 
-// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
-// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+NANOGPT_ALLOW_AVX512_INTRINSICS
 
 namespace nanogpt {
 
@@ -30,7 +28,7 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-__attribute__((target("amx-tile"))) void begin_task() {
+NANOGPT_TARGET_AMX_TILE void begin_task() {
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
     config.colsb[t] = kTileBytes;
@@ -43,7 +41,7 @@ __attribute__((target("amx-tile"))) void begin_task() {
 
 // Releasing the tiles returns the thread to the initial state, so a context switch need not
 // save 8 KiB of tile data for a thread that is done with them.
-__attribute__((target("amx-tile"))) void end_task() {
+NANOGPT_TARGET_AMX_TILE void end_task() {
   _tile_release();
 }
 
@@ -52,11 +50,11 @@ __attribute__((target("amx-tile"))) void end_task() {
 // packed panels and of the accumulator is the same code either way.
 // Compiled for AMX whichever unit it drives (clang's tile intrinsics are target builtins); the
 // model only uses scalar code, and tests run it only on CPUs with AVX-512 BF16.
-#define NANOGPT_AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
 
 template <class Tiles>
-NANOGPT_AMX_TARGET __attribute__((always_inline)) inline void tile_kernel(
-    int64_t kc, const void* a_v, const void* b_v, float* acc, int64_t ld_acc, bool accumulate) {
+NANOGPT_TARGET_AMX NANOGPT_ALWAYS_INLINE void tile_kernel(int64_t kc, const void* a_v,
+                                                          const void* b_v, float* acc,
+                                                          int64_t ld_acc, bool accumulate) {
   const char* a = static_cast<const char*>(a_v);
   const char* b = static_cast<const char*>(b_v);
   const int64_t ld = ld_acc * static_cast<int64_t>(sizeof(float));
@@ -126,7 +124,7 @@ NANOGPT_AMX_TARGET __attribute__((always_inline)) inline void tile_kernel(
   }
 
 struct HardwareTiles {
-#define NANOGPT_AMX NANOGPT_AMX_TARGET __attribute__((always_inline)) static inline
+#define NANOGPT_AMX NANOGPT_TARGET_AMX __attribute__((always_inline)) static inline
   NANOGPT_AMX void load(int t, const void* p, int64_t stride){
 #define NANOGPT_LOAD(n) _tile_loadd(n, p, stride)
       NANOGPT_TILE_CASES(NANOGPT_LOAD)
@@ -158,7 +156,7 @@ struct HardwareTiles {
 };
 #undef NANOGPT_TILE_CASES
 
-NANOGPT_AMX_TARGET void kernel(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
+NANOGPT_TARGET_AMX void kernel(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
                                bool accumulate) {
   tile_kernel<HardwareTiles>(kc, a, b, acc, ld_acc, accumulate);
 }
@@ -205,7 +203,7 @@ struct EmulatedTiles {
   }
 };
 
-NANOGPT_AMX_TARGET void emulated_kernel(int64_t kc, const void* a, const void* b, float* acc,
+NANOGPT_TARGET_AMX void emulated_kernel(int64_t kc, const void* a, const void* b, float* acc,
                                         int64_t ld_acc, bool accumulate) {
   tile_kernel<EmulatedTiles>(kc, a, b, acc, ld_acc, accumulate);
 }
@@ -235,6 +233,9 @@ MicroKernel microkernel_amx() {
   m.stream = stream_tile_avx512;
   m.begin_task = begin_task;
   m.end_task = end_task;
+  // A 32×32 tile, 32 deep per step: square tasks of four tiles a side.
+  m.blocking = {128, 128, 512};
+  m.runnable = [] { return isa_available(IsaLevel::kAmx); };
   return m;
 }
 
@@ -244,6 +245,11 @@ MicroKernel microkernel_amx_emulated() {
   m.fn = emulated_kernel;
   m.begin_task = nullptr;
   m.end_task = nullptr;
+  // The model needs no tile unit, only the AVX-512 its packers and epilogue use.
+  m.runnable = [] {
+    const CpuInfo& cpu = cpu_info();
+    return isa_available(IsaLevel::kAvx512) && cpu.avx512_bf16 && cpu.avx512bw && cpu.avx512vl;
+  };
   return m;
 }
 

@@ -1,10 +1,9 @@
 // 6×16 with AVX2 + FMA: 12 ymm accumulators, 2 B loads and a broadcast per k — enough
 // independent FMAs to cover their latency on two ports.
-#include <immintrin.h>
-
 #include "kernels/gemm/epilogue.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
+#include "kernels/target.hpp"
 
 namespace nanogpt {
 
@@ -12,8 +11,8 @@ namespace {
 
 constexpr int64_t kMR = 6, kNR = 16;
 
-__attribute__((target("avx2,fma"))) void kernel(int64_t kc, const void* a_v, const void* b_v,
-                                                float* acc, int64_t ld_acc, bool accumulate) {
+NANOGPT_TARGET_AVX2 void kernel(int64_t kc, const void* a_v, const void* b_v, float* acc,
+                                int64_t ld_acc, bool accumulate) {
   const float* a = static_cast<const float*>(a_v);
   const float* b = static_cast<const float*>(b_v);
   __m256 c[kMR][2];
@@ -53,13 +52,10 @@ MicroKernel microkernel_avx2() {
   m.level = IsaLevel::kAvx2;
   m.a_layout = a_layout;
   m.b_layout = b_layout;
-  m.pack_a[0] = pack::fp32_panel_fn<float, PackSource::kF32, kMR>;
-  m.pack_a[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kMR>;
-  m.pack_a[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kMR>;
-  m.pack_b[0] = pack::fp32_panel_fn<float, PackSource::kF32, kNR>;
-  m.pack_b[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kNR>;
-  m.pack_b[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kNR>;
+  m.pack_a = pack::fp32_pack_table<kMR>();
+  m.pack_b = pack::fp32_pack_table<kNR>();
   m.finish = finish_tile_avx2;
+  m.runnable = [] { return isa_available(IsaLevel::kAvx2); };
   return m;
 }
 

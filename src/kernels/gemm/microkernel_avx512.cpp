@@ -1,15 +1,12 @@
 // fp32 with AVX-512: MR rows × 32 columns, 2·MR zmm accumulators, 2 B loads and MR
 // broadcasts per k.
-#include <immintrin.h>
-
 #include "kernels/gemm/epilogue.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
+#include "kernels/target.hpp"
 #include "runtime/cpu_info.hpp"
 
-// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
-// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+NANOGPT_ALLOW_AVX512_INTRINSICS
 
 namespace nanogpt {
 
@@ -17,8 +14,8 @@ namespace {
 
 constexpr int64_t kMR = 8, kNR = 32;
 
-__attribute__((target("avx512f"))) void kernel(int64_t kc, const void* a_v, const void* b_v,
-                                               float* acc, int64_t ld_acc, bool accumulate) {
+NANOGPT_TARGET_AVX512 void kernel(int64_t kc, const void* a_v, const void* b_v, float* acc,
+                                  int64_t ld_acc, bool accumulate) {
   const float* a = static_cast<const float*>(a_v);
   const float* b = static_cast<const float*>(b_v);
   __m512 c[kMR][2];
@@ -58,25 +55,14 @@ MicroKernel microkernel_avx512() {
   m.level = IsaLevel::kAvx512;
   m.a_layout = a_layout;
   m.b_layout = b_layout;
-  // The vector packers need AVX-512BW and VL (bf16 loads, masked 256-bit moves).
-  if (cpu_info().avx512bw && cpu_info().avx512vl) {
-    m.pack_a[0] = pack::fp32_panel_avx512_fn<float, PackSource::kF32, kMR>();
-    m.pack_a[1] = pack::fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, kMR>();
-    m.pack_a[2] = pack::fp32_panel_avx512_fn<bf16, PackSource::kBf16, kMR>();
-    m.pack_b[0] = pack::fp32_panel_avx512_fn<float, PackSource::kF32, kNR>();
-    m.pack_b[1] = pack::fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, kNR>();
-    m.pack_b[2] = pack::fp32_panel_avx512_fn<bf16, PackSource::kBf16, kNR>();
-  } else {
-    m.pack_a[0] = pack::fp32_panel_fn<float, PackSource::kF32, kMR>;
-    m.pack_a[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kMR>;
-    m.pack_a[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kMR>;
-    m.pack_b[0] = pack::fp32_panel_fn<float, PackSource::kF32, kNR>;
-    m.pack_b[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kNR>;
-    m.pack_b[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kNR>;
-  }
+  // The vector packers need AVX-512BW and VL (bf16 loads, masked 256-bit moves); without
+  // them the table holds the portable ones.
+  m.pack_a = pack::fp32_pack_table_avx512<kMR>();
+  m.pack_b = pack::fp32_pack_table_avx512<kNR>();
   // The vector epilogue's bf16 stores need AVX-512BW.
   m.finish = cpu_info().avx512bw && cpu_info().avx512vl ? finish_tile_avx512 : finish_tile_avx2;
   m.stream = stream_tile_avx512;
+  m.runnable = [] { return isa_available(IsaLevel::kAvx512); };
   return m;
 }
 

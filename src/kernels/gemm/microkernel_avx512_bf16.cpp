@@ -1,17 +1,15 @@
 // bf16 products with AVX512-BF16: VDPBF16PS adds, per fp32 lane, the two products of a pair
 // of bf16. 12 rows × 32 columns: 24 zmm accumulators, 2 B loads (32 columns × a k pair) and
 // 12 broadcast pairs of A per k pair.
-#include <immintrin.h>
-
 #include <cstring>
 
 #include "kernels/gemm/epilogue.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
+#include "kernels/target.hpp"
+#include "runtime/cpu_info.hpp"
 
-// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
-// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+NANOGPT_ALLOW_AVX512_INTRINSICS
 
 namespace nanogpt {
 
@@ -19,9 +17,8 @@ namespace {
 
 constexpr int64_t kMR = 12, kNR = 32;
 
-__attribute__((target("avx512f,avx512bf16"))) void kernel(int64_t kc, const void* a_v,
-                                                          const void* b_v, float* acc,
-                                                          int64_t ld_acc, bool accumulate) {
+NANOGPT_TARGET_AVX512BF16 void kernel(int64_t kc, const void* a_v, const void* b_v, float* acc,
+                                      int64_t ld_acc, bool accumulate) {
   const bf16* a = static_cast<const bf16*>(a_v);
   const bf16* b = static_cast<const bf16*>(b_v);
   __m512 c[kMR][2];
@@ -74,6 +71,13 @@ MicroKernel microkernel_avx512_bf16() {
   m.pack_b[2] = pack::vnni_pack_b_bf16;
   m.finish = finish_tile_avx512;
   m.stream = stream_tile_avx512;
+  // Pairs of k make its dot products: a deeper kc for the same bytes of packed panel.
+  m.blocking = {96, 256, 512};
+  // The packers and epilogue use AVX-512BW and VL too.
+  m.runnable = [] {
+    const CpuInfo& cpu = cpu_info();
+    return isa_available(IsaLevel::kAvx512) && cpu.avx512_bf16 && cpu.avx512bw && cpu.avx512vl;
+  };
   return m;
 }
 

@@ -43,12 +43,8 @@ MicroKernel microkernel_scalar() {
   m.level = IsaLevel::kScalar;
   m.a_layout = a_layout;
   m.b_layout = b_layout;
-  m.pack_a[0] = pack::fp32_panel_fn<float, PackSource::kF32, kMR>;
-  m.pack_a[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kMR>;
-  m.pack_a[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kMR>;
-  m.pack_b[0] = pack::fp32_panel_fn<float, PackSource::kF32, kNR>;
-  m.pack_b[1] = pack::fp32_panel_fn<float, PackSource::kF32ToBf16, kNR>;
-  m.pack_b[2] = pack::fp32_panel_fn<bf16, PackSource::kBf16, kNR>;
+  m.pack_a = pack::fp32_pack_table<kMR>();
+  m.pack_b = pack::fp32_pack_table<kNR>();
   m.finish = finish_tile_scalar;
   return m;
 }

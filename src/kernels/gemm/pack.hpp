@@ -59,6 +59,21 @@ void fp32_panel_fn(const void* src, int64_t ld, Trans trans, int64_t first, int6
   fp32_panel<T, kSource>(src, ld, trans, first, valid, k_valid, kp, kP, static_cast<float*>(out));
 }
 
+// The default packers of an fp32 kernel, for A with kP = mr or B with kP = nr: fp32 panels from
+// every source (fp32, fp32 rounded to bf16, bf16).
+template <int64_t kP>
+constexpr PackTable fp32_pack_table() {
+  return {fp32_panel_fn<float, PackSource::kF32, kP>,
+          fp32_panel_fn<float, PackSource::kF32ToBf16, kP>,
+          fp32_panel_fn<bf16, PackSource::kBf16, kP>};
+}
+
+// The same packers vectorised with AVX-512 F, BW and VL, byte for byte the same output
+// (pack_avx512.cpp; kP = 8 and 32 are instantiated); fp32_pack_table<kP>() where the CPU lacks
+// BW or VL.
+template <int kP>
+PackTable fp32_pack_table_avx512();
+
 // Any separable layout of a p×kp micro-panel (rows of Y by k), as bf16: out[layout(i, k)].
 // The offsets are tabulated once per call, so the layout is evaluated O(p + kp) times.
 template <class T>
@@ -104,10 +119,5 @@ void vnni_pack_a_f32(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int
 void vnni_pack_a_bf16(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
 void vnni_pack_b_f32(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
 void vnni_pack_b_bf16(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
-
-// AVX-512 (F, BW, VL) versions of fp32_panel_fn for panels of kP rows (8 and 32 are
-// instantiated), byte for byte the same output (pack_avx512.cpp).
-template <class T, PackSource kSource, int kP>
-PanelPackFn fp32_panel_avx512_fn();
 
 }  // namespace nanogpt::pack

@@ -6,23 +6,19 @@
 // Their kernels need AVX512-BF16 (isa.cpp, microkernel_dispatch.cpp), so fp32 is rounded to bf16
 // by VCVTNE2PS2BF16, 32 values an instruction, bit for bit as to_bf16 (bf16.hpp) does it; the
 // fp32-layout packers, which also run on CPUs without it, round in integer arithmetic.
-#include <immintrin.h>
-
 #include "kernels/gemm/bf16_avx512.hpp"
 #include "kernels/gemm/pack.hpp"
+#include "kernels/target.hpp"
+#include "runtime/cpu_info.hpp"
 
-// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
-// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+NANOGPT_ALLOW_AVX512_INTRINSICS
 
 namespace nanogpt::pack {
 
 namespace {
 
-#define NANOGPT_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline
-#define NANOGPT_AVX512BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) inline
-#define NANOGPT_PACK_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define NANOGPT_AVX512BW NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE
+#define NANOGPT_AVX512BF16 NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE
 
 // 16 bf16 values as the high halves of 32-bit lanes (an exact fp32); lanes outside m are zero.
 NANOGPT_AVX512BW __m512i load_hi(const bf16* p, __mmask16 m) {
@@ -122,8 +118,8 @@ int64_t clamp16(int64_t x) {
 // One 32-wide AMX micro-panel: per k step, two tiles of 16 rows of 64 bytes; A tiles hold
 // rows of Y (pairs along the row), B tiles k pairs (pairs along the columns).
 template <class T, bool kIsB>
-NANOGPT_PACK_BF16_TARGET void amx_panel(const void* src_v, int64_t ld, Trans trans, int64_t first,
-                                        int64_t valid, int64_t k_valid, int64_t kp, void* out_v) {
+NANOGPT_TARGET_AVX512BF16 void amx_panel(const void* src_v, int64_t ld, Trans trans, int64_t first,
+                                         int64_t valid, int64_t k_valid, int64_t kp, void* out_v) {
   const T* src = static_cast<const T*>(src_v) + (trans == Trans::kNo ? first * ld : first);
   bf16* out = static_cast<bf16*>(out_v);
   for (int64_t k0 = 0; k0 < kp; k0 += 32) {
@@ -141,8 +137,8 @@ NANOGPT_PACK_BF16_TARGET void amx_panel(const void* src_v, int64_t ld, Trans tra
 // One VNNI micro-panel of p rows of Y (layout::vnni_a with mr = p, or vnni_b seen transposed
 // with nr = p): per k pair, the p pairs of its rows, contiguous.
 template <class T, int kP>
-NANOGPT_PACK_BF16_TARGET void vnni_panel(const void* src_v, int64_t ld, Trans trans, int64_t first,
-                                         int64_t valid, int64_t k_valid, int64_t kp, void* out_v) {
+NANOGPT_TARGET_AVX512BF16 void vnni_panel(const void* src_v, int64_t ld, Trans trans, int64_t first,
+                                          int64_t valid, int64_t k_valid, int64_t kp, void* out_v) {
   const T* src = static_cast<const T*>(src_v) + (trans == Trans::kNo ? first * ld : first);
   uint32_t* out = static_cast<uint32_t*>(out_v);  // one pair per element
   for (int64_t k0 = 0; k0 < kp; k0 += 32) {
@@ -186,9 +182,9 @@ NANOGPT_AVX512BW __mmask16 first_lanes(int64_t n) {
 // in k is read in 16×16 blocks and transposed in registers, where the portable packer scatters
 // one float at a time with stride kP.
 template <class T, PackSource kSource, int kP>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void fp32_panel_avx512(
-    const void* src_v, int64_t ld, Trans trans, int64_t first, int64_t valid, int64_t k_valid,
-    int64_t kp, void* out_v) {
+NANOGPT_TARGET_AVX512BW void fp32_panel_avx512(const void* src_v, int64_t ld, Trans trans,
+                                               int64_t first, int64_t valid, int64_t k_valid,
+                                               int64_t kp, void* out_v) {
   const T* src = static_cast<const T*>(src_v) + (trans == Trans::kNo ? first * ld : first);
   float* out = static_cast<float*>(out_v);
   if (trans == Trans::kYes) {
@@ -227,7 +223,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void fp32_panel_avx512(
 
 #undef NANOGPT_AVX512BW
 #undef NANOGPT_AVX512BF16
-#undef NANOGPT_PACK_BF16_TARGET
 
 }  // namespace
 
@@ -265,15 +260,14 @@ void vnni_pack_b_bf16(const void* src, int64_t ld, Trans t, int64_t first, int64
   vnni_panel<bf16, kVnniNr>(src, ld, t, first, valid, k_valid, kp, out);
 }
 
-template <class T, PackSource kSource, int kP>
-PanelPackFn fp32_panel_avx512_fn() {
-  return fp32_panel_avx512<T, kSource, kP>;
+template <int kP>
+PackTable fp32_pack_table_avx512() {
+  if (!cpu_info().avx512bw || !cpu_info().avx512vl) return fp32_pack_table<kP>();
+  return {fp32_panel_avx512<float, PackSource::kF32, kP>,
+          fp32_panel_avx512<float, PackSource::kF32ToBf16, kP>,
+          fp32_panel_avx512<bf16, PackSource::kBf16, kP>};
 }
-template PanelPackFn fp32_panel_avx512_fn<float, PackSource::kF32, 8>();
-template PanelPackFn fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, 8>();
-template PanelPackFn fp32_panel_avx512_fn<bf16, PackSource::kBf16, 8>();
-template PanelPackFn fp32_panel_avx512_fn<float, PackSource::kF32, 32>();
-template PanelPackFn fp32_panel_avx512_fn<float, PackSource::kF32ToBf16, 32>();
-template PanelPackFn fp32_panel_avx512_fn<bf16, PackSource::kBf16, 32>();
+template PackTable fp32_pack_table_avx512<8>();
+template PackTable fp32_pack_table_avx512<32>();
 
 }  // namespace nanogpt::pack

@@ -1,0 +1,35 @@
+// The compiler- and x86-specific spellings the kernels need, in one place. The library is built
+// without -march, so code for an ISA is compiled for it function by function (a target
+// attribute) and chosen at run time: by the GEMM's kernel table (gemm/microkernel_dispatch.cpp)
+// or by the loader for target_clones. Porting to another compiler or architecture starts here.
+#pragma once
+
+#include <immintrin.h>
+
+// A function compiled for the named ISA extensions; call it only where cpu_info() has them.
+#define NANOGPT_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define NANOGPT_TARGET_AVX512 __attribute__((target("avx512f")))
+#define NANOGPT_TARGET_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define NANOGPT_TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define NANOGPT_TARGET_AMX_TILE __attribute__((target("amx-tile")))
+#define NANOGPT_TARGET_AMX __attribute__((target("amx-tile,amx-bf16")))
+// Helpers of such functions, inlined into them (a target helper that is not inlined costs a
+// call per vector).
+#define NANOGPT_ALWAYS_INLINE __attribute__((always_inline)) inline
+// A loop compiled for AVX-512, for AVX2 (Haswell) and portably, the best picked on first call:
+// for element-wise loops that must give the same bits on every clone (fixed summation order).
+#define NANOGPT_TARGET_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
+// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions; files
+// of AVX-512 code say this once, after their includes.
+#define NANOGPT_ALLOW_AVX512_INTRINSICS _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+
+namespace nanogpt {
+
+// In a spin-wait loop: tells the core the loop spins (saves power, and the pipeline flush when
+// it ends).
+inline void spin_pause() {
+  _mm_pause();
+}
+
+}  // namespace nanogpt
