@@ -17,6 +17,7 @@
 #include "kernels/matmul.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 #include "test_support_kernels.hpp"
 
 namespace nanogpt {
@@ -933,6 +934,36 @@ TEST(Attention, DecodingOverCacheMatchesFullForward) {
                 0);
     }
   }
+}
+
+TEST(Attention, PackedOperandsLiveInTheCurrentWorkspace) {
+  // The packed operands come from Workspace::current(): a workspace in use holds at least one
+  // K/V head's packed K and V after a forward (2·T·D fp32 values), more after a backward, frees
+  // them on release(), and the results do not depend on which workspace or whether its buffer
+  // was reused.
+  Problem pr(300, 4, 16, 2, std::vector<int32_t>(300, 0), 51, 128, 2);
+  std::string stray;
+  const Outputs before = run_kernels(pr, nullptr, &stray);
+  Workspace ws("attention test");
+  Workspace::Use use(ws);
+  std::vector<float> out(static_cast<size_t>(pr.T * pr.H * pr.D)),
+      lse(static_cast<size_t>(pr.H * pr.T));
+  attention_forward(pr.params, out.data(), lse.data());
+  const size_t forward_bytes = ws.bytes_held();
+  EXPECT_GE(forward_bytes, static_cast<size_t>(2 * pr.T * pr.D) * sizeof(float));
+  const Outputs in_ws = run_kernels(pr, nullptr, &stray);
+  EXPECT_GT(ws.bytes_held(), forward_bytes);
+  const Outputs again = run_kernels(pr, nullptr, &stray);  // reusing the buffer
+  ws.release();
+  EXPECT_EQ(ws.bytes_held(), 0u);
+  for (const Outputs* r : {&in_ws, &again}) {
+    EXPECT_EQ(std::memcmp(r->out.data(), before.out.data(), before.out.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(r->g.dq.data(), before.g.dq.data(), before.g.dq.size() * sizeof(float)),
+              0);
+    EXPECT_EQ(std::memcmp(r->g.dk.data(), before.g.dk.data(), before.g.dk.size() * sizeof(float)),
+              0);
+  }
+  EXPECT_TRUE(stray.empty()) << stray;
 }
 
 TEST(Attention, SpeedrunShapeTiming) {

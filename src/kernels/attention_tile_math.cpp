@@ -1,20 +1,21 @@
 #include "kernels/attention_tile_math.hpp"
 
-#include <immintrin.h>
-
 #include <cstring>
 
 #include "kernels/attention_mask.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/exp_approx.hpp"
 #include "kernels/gemm/bf16_avx512.hpp"
+#include "kernels/target.hpp"
 #include "runtime/cpu_info.hpp"
+
+NANOGPT_ALLOW_AVX512_INTRINSICS
 
 namespace nanogpt {
 
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void online_softmax_tile(
-    float* s, int64_t nk, const int32_t* lo, const int32_t* hi, bool full, float scale, float* m,
-    float* l, float* alpha) {
+NANOGPT_TARGET_CLONES void online_softmax_tile(float* s, int64_t nk, const int32_t* lo,
+                                               const int32_t* hi, bool full, float scale, float* m,
+                                               float* l, float* alpha) {
   float mx[kBq], m_new[kBq], sum[kBq];
   for (int64_t q = 0; q < kBq; ++q) mx[q] = kNegInf;
   for (int32_t j = 0; j < static_cast<int32_t>(nk); ++j) {
@@ -46,9 +47,9 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void online
   }
 }
 
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void probs_and_grads_tile(
-    float* s, float* dp, int64_t nq, const int32_t* lo, const int32_t* hi, float scale,
-    const float* lse, const float* delta) {
+NANOGPT_TARGET_CLONES void probs_and_grads_tile(float* s, float* dp, int64_t nq, const int32_t* lo,
+                                                const int32_t* hi, float scale, const float* lse,
+                                                const float* delta) {
   for (int64_t i = 0; i < nq; ++i) {
     const int32_t a = lo[i], b = hi[i];
     const float shift = lse[i], d = delta[i];
@@ -65,12 +66,7 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void probs_
 
 namespace {
 
-// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
-// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) void round_row_to_bf16_avx512(const float* src, int64_t n,
-                                                                 float* dst) {
+NANOGPT_TARGET_AVX512 void round_row_to_bf16_avx512(const float* src, int64_t n, float* dst) {
   const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t e = 0; e < n; e += 16) {
     const __mmask16 m =
@@ -79,7 +75,6 @@ __attribute__((target("avx512f"))) void round_row_to_bf16_avx512(const float* sr
     _mm512_mask_storeu_ps(dst + e, m, _mm512_castsi512_ps(_mm512_and_si512(hi, high_half)));
   }
 }
-#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -94,8 +89,7 @@ void round_row_to_bf16(const float* src, int64_t n, float* dst) {
 using f32x8 = float __attribute__((vector_size(32)));
 using f64x8 = double __attribute__((vector_size(64)));
 
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) float dot_double(
-    const float* a, const float* b, int64_t n) {
+NANOGPT_TARGET_CLONES float dot_double(const float* a, const float* b, int64_t n) {
   constexpr int64_t kLanes = 8;
   // Vector types spell out the lane-wise sum; GCC does not vectorize it from scalar loops.
   f64x8 lanes = {};
@@ -112,8 +106,7 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) float dot_d
   return static_cast<float>(sum);
 }
 
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void scale_rows(
-    float* o, int64_t rows, int64_t n, const float* alpha) {
+NANOGPT_TARGET_CLONES void scale_rows(float* o, int64_t rows, int64_t n, const float* alpha) {
   for (int64_t i = 0; i < rows; ++i) {
     if (alpha[i] == 1.0f) continue;
     for (int64_t e = 0; e < n; ++e) o[i * n + e] *= alpha[i];

@@ -4,7 +4,7 @@
 #include <atomic>
 
 #include "kernels/attention_internal.hpp"
-#include "runtime/aligned_memory.hpp"
+#include "runtime/workspace.hpp"
 
 namespace nanogpt {
 
@@ -23,9 +23,7 @@ int64_t set_attention_packed_budget(int64_t bytes) {
 }
 
 std::byte* packing_workspace(int64_t bytes) {
-  thread_local AlignedBuffer buf;
-  buf.reserve(static_cast<size_t>(bytes));
-  return buf.data();
+  return Workspace::current().get("attention.packed", static_cast<size_t>(bytes));
 }
 
 void sort_tasks(std::vector<Task>& tasks) {

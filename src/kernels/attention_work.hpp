@@ -20,12 +20,14 @@ namespace nanogpt {
 // budget (set_attention_packed_budget), from 1 to H.
 int64_t heads_per_group(int64_t bytes_per_head, int64_t H);
 
-// The calling thread's buffer for packed operands, kept across calls (as the GEMM driver keeps
-// its own) so that each call does not fault its pages in again.
+// The calling thread's buffer for packed operands, slot "attention.packed" of
+// Workspace::current() (the model's workspace in a run, counted and released with it), kept
+// across calls so that each call does not fault its pages in again. Call it on the calling
+// thread, before the parallel loops: workers use the pointer, never the workspace.
 std::byte* packing_workspace(int64_t bytes);
 
-// One operand of the heads [h0, h0 + heads) of a group, packed in blocks of one tile of tokens: block
-// (h, t) at ((h − h0)·nt + t)·block_bytes. Carved from the workspace at *offset, which it
+// One operand of the heads [h0, h0 + heads) of a group, packed in blocks of one tile of tokens:
+// block (h, t) at ((h − h0)·nt + t)·block_bytes. Carved from the workspace at *offset, which it
 // advances.
 struct Packed {
   std::byte* base;
