@@ -1,10 +1,12 @@
 // Time of the tiled attention, forward and backward, on the model's shapes, fp32 and bf16.
 //
 //   attention_bench [--preset cpu|speedrun|all] [--precision fp32|bf16|both] [--warmup 1]
-//                   [--repeats 5] [--threads N] [--packed-budget BYTES]
+//                   [--repeats 5] [--threads N] [--packed-budget BYTES] [--kv-heads N]
 //
 // cpu: T = 512, H = 2, D = 128, one document, a window of 4 blocks of 128 (the whole sequence).
 // speedrun: T = 1024, H = 6, D = 128, one document, a window of 8 blocks (the whole sequence).
+// --kv-heads N: grouped-query attention with N key/value heads (must divide H of every preset
+// run; default: H, multi-head); the FLOP counts are those of H query heads either way.
 // Prints one JSON line per (preset, precision): best and median milliseconds of the forward,
 // the backward and both, and effective GFLOP/s. "Effective" counts only the (query, key) pairs
 // the mask leaves visible and only the products the math needs: 4 FLOPs per pair and head
@@ -43,12 +45,13 @@ struct Options {
   std::string preset = "all", precision = "both";
   int warmup = 1, repeats = 5, threads = 0;
   int64_t packed_budget = 0;  // 0: the library's default
+  int64_t kv_heads = 0;       // 0: H
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "attention_bench: " << problem << "\n"
             << "usage: attention_bench [--preset cpu|speedrun|all] [--precision fp32|bf16|both] "
-               "[--warmup N] [--repeats N] [--threads N] [--packed-budget BYTES]\n";
+               "[--warmup N] [--repeats N] [--threads N] [--packed-budget BYTES] [--kv-heads N]\n";
   std::exit(2);
 }
 
@@ -84,6 +87,8 @@ Options parse(int argc, char** argv) {
       o.threads = static_cast<int>(parse_count(a, v, 1, 1024));
     } else if (a == "--packed-budget") {
       o.packed_budget = parse_count(a, v, 1, int64_t{1} << 40);
+    } else if (a == "--kv-heads") {
+      o.kv_heads = parse_count(a, v, 1, 1024);
     } else {
       usage("unknown flag " + a);
     }
@@ -123,23 +128,29 @@ Stats stats(std::vector<double> ms) {
 }
 
 nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
-  const int64_t T = s.T, H = s.H, D = s.D, ld = 3 * H * D;
+  const int64_t T = s.T, H = s.H, D = s.D;
+  const int64_t H_kv = o.kv_heads > 0 ? o.kv_heads : H, ld = (H + 2 * H_kv) * D;
+  if (H % H_kv != 0) {
+    usage("--kv-heads " + std::to_string(H_kv) + " does not divide H = " + std::to_string(H) +
+          " of preset " + s.name);
+  }
   std::mt19937 rng(1234);
   std::normal_distribution<float> qk(0.0f, 1.0f);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> qkv(static_cast<size_t>(T * ld)), dout(static_cast<size_t>(T * H * D));
   for (int64_t t = 0; t < T; ++t) {
-    for (int64_t c = 0; c < ld; ++c) qkv[t * ld + c] = c < 2 * H * D ? qk(rng) : u(rng);
+    for (int64_t c = 0; c < ld; ++c) qkv[t * ld + c] = c < (H + H_kv) * D ? qk(rng) : u(rng);
   }
   for (float& x : dout) x = u(rng);
   std::vector<int32_t> doc(static_cast<size_t>(T), 0);
   AttentionParams p;
   p.T = T;
   p.H = H;
+  p.H_kv = H_kv;
   p.D = D;
   p.q = qkv.data();
   p.k = qkv.data() + H * D;
-  p.v = qkv.data() + 2 * H * D;
+  p.v = qkv.data() + (H + H_kv) * D;
   p.ld = ld;
   p.doc = doc.data();
   p.window_blocks = s.W;
@@ -159,7 +170,7 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
     const auto t1 = Clock::now();
     const double c1 = cpu_ms();
     nanogpt::attention_backward(p, out.data(), lse.data(), dout.data(), grads.data(),
-                                grads.data() + H * D, grads.data() + 2 * H * D);
+                                grads.data() + H * D, grads.data() + (H + H_kv) * D);
     const auto t2 = Clock::now();
     const double c2 = cpu_ms();
     if (rep < o.warmup) continue;
@@ -180,6 +191,7 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
       {"preset", s.name},
       {"T", T},
       {"H", H},
+      {"H_kv", H_kv},
       {"D", D},
       {"window_blocks", s.W},
       {"precision", bf16 ? "bf16" : "fp32"},
