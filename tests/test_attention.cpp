@@ -966,6 +966,31 @@ TEST(Attention, PackedOperandsLiveInTheCurrentWorkspace) {
   EXPECT_TRUE(stray.empty()) << stray;
 }
 
+TEST(Attention, DecodingPacksOnlyTheKeysItSees) {
+  // One new token over a cache of 4096 with a window of one 128-token block: it sees keys
+  // 3968..4095, two key tiles of 64, so the forward packs two tiles of K and V per K/V head
+  // (about 2·2·64·D floats with padding), not the 64 tiles of the whole cache.
+  const int64_t T_kv = 4096, H = 2, H_kv = 1, D = 16;
+  Problem full(T_kv, H, D, 1, std::vector<int32_t>(T_kv, 0), 61, 128, H_kv);
+  AttentionParams p = full.params;
+  p.T = 1;
+  p.T_kv = T_kv;
+  p.q = full.qkv.data() + (T_kv - 1) * full.ld;
+  std::vector<float> out(static_cast<size_t>(H * D)), lse(static_cast<size_t>(H));
+  std::vector<float> want(out.size()), want_lse(lse.size());
+  Workspace ws("decode test");
+  {
+    Workspace::Use use(ws);
+    attention_forward(p, out.data(), lse.data());
+  }
+  const size_t two_tiles = static_cast<size_t>(2 * 2 * 64 * D * H_kv) * sizeof(float);
+  EXPECT_GT(ws.bytes_held(), 0u);
+  EXPECT_LE(ws.bytes_held(), 2 * two_tiles);  // room for padding to the kernel's tiles
+  attention_forward_reference(p, want.data(), want_lse.data());
+  EXPECT_LT(rel_error(out, want), kFp32Bounds.e[0]);
+  EXPECT_LT(rel_error(lse, want_lse), kFp32Bounds.e[1]);
+}
+
 TEST(Attention, SpeedrunShapeTiming) {
   // The speedrun's shape, D = 128: prints forward and backward time on the global pool in both
   // precisions, and checks a few query rows against the reference on a prefix (outputs of early

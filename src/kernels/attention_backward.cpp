@@ -67,13 +67,13 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
     const int64_t kv_heads = std::min(group, sh.H_kv - g0);
     const int64_t h0 = g0 * per_group, heads = kv_heads * per_group;
     int64_t offset = 0;
-    const Packed q_a(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
-    const Packed dout_a(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
-    const Packed q_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
-    const Packed dout_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
-    const Packed k_b(g, Block::kTileByD, nt, g0, kv_heads, workspace, &offset);
-    const Packed v_b(g, Block::kTileByD, nt, g0, kv_heads, workspace, &offset);
-    const Packed kt_b(g, Block::kDByTile, nt, g0, kv_heads, workspace, &offset);
+    const Packed q_a(g, Block::kRowsByD, 0, nt, h0, heads, workspace, &offset);
+    const Packed dout_a(g, Block::kRowsByD, 0, nt, h0, heads, workspace, &offset);
+    const Packed q_b(g, Block::kDByTile, 0, nt, h0, heads, workspace, &offset);
+    const Packed dout_b(g, Block::kDByTile, 0, nt, h0, heads, workspace, &offset);
+    const Packed k_b(g, Block::kTileByD, 0, nt, g0, kv_heads, workspace, &offset);
+    const Packed v_b(g, Block::kTileByD, 0, nt, g0, kv_heads, workspace, &offset);
+    const Packed kt_b(g, Block::kDByTile, 0, nt, g0, kv_heads, workspace, &offset);
     // One task per (query head, tile); the first query head of a group packs its K/V head too.
     pool.parallel_for(static_cast<size_t>(heads * nt), [&](size_t task, int worker) {
       const int64_t h = h0 + static_cast<int64_t>(task) / nt;

@@ -50,17 +50,20 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
     int32_t lo[kBq], hi[kBq];
   };
   std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
-  const int64_t kv_head_bytes = nkt * (g.bytes(Block::kRowsByD) + g.bytes(Block::kDByTile));
+  // No query sees a key before the first one query 0 sees (first_visible grows with the
+  // position): when decoding with a window, most of the cache is never packed.
+  const int64_t first_kt = fv[0] / kBk, used_kt = nkt - first_kt;
+  const int64_t kv_head_bytes = used_kt * (g.bytes(Block::kRowsByD) + g.bytes(Block::kDByTile));
   const int64_t group = heads_per_group(kv_head_bytes, sh.H_kv);
   std::byte* workspace = packing_workspace(group * kv_head_bytes);
   for (int64_t g0 = 0; g0 < sh.H_kv; g0 += group) {
     const int64_t kv_heads = std::min(group, sh.H_kv - g0);
     int64_t offset = 0;
-    const Packed k_pack(g, Block::kRowsByD, nkt, g0, kv_heads, workspace, &offset);
-    const Packed v_pack(g, Block::kDByTile, nkt, g0, kv_heads, workspace, &offset);
-    pool.parallel_for(static_cast<size_t>(kv_heads * nkt), [&](size_t task, int) {
-      const int64_t kv = g0 + static_cast<int64_t>(task) / nkt;
-      const int64_t kt = static_cast<int64_t>(task) % nkt;
+    const Packed k_pack(g, Block::kRowsByD, first_kt, used_kt, g0, kv_heads, workspace, &offset);
+    const Packed v_pack(g, Block::kDByTile, first_kt, used_kt, g0, kv_heads, workspace, &offset);
+    pool.parallel_for(static_cast<size_t>(kv_heads * used_kt), [&](size_t task, int) {
+      const int64_t kv = g0 + static_cast<int64_t>(task) / used_kt;
+      const int64_t kt = first_kt + static_cast<int64_t>(task) % used_kt;
       const int64_t k0 = kt * kBk, nk = std::min(kBk, sh.T_kv - k0);
       const int64_t at = k0 * sh.ld_kv + kv * D;
       g.pack_a(p.k + at, sh.ld_kv, Trans::kNo, nk, D, Block::kRowsByD, k_pack.at(kv, kt));

@@ -26,18 +26,24 @@ int64_t heads_per_group(int64_t bytes_per_head, int64_t H);
 // thread, before the parallel loops: workers use the pointer, never the workspace.
 std::byte* packing_workspace(int64_t bytes);
 
-// One operand of the heads [h0, h0 + heads) of a group, packed in blocks of one tile of tokens:
-// block (h, t) at ((h − h0)·nt + t)·block_bytes. Carved from the workspace at *offset, which it
-// advances.
+// One operand of the heads [h0, h0 + heads) of a group, packed in blocks of one tile of tokens,
+// tiles [t0, t0 + nt): block (h, t) at ((h − h0)·nt + t − t0)·block_bytes. Carved from the
+// workspace at *offset, which it advances.
 struct Packed {
   std::byte* base;
-  int64_t block_bytes, nt, h0;
-  Packed(const TileGemm& g, Block b, int64_t n_tiles, int64_t first_head, int64_t heads,
-         std::byte* workspace, int64_t* offset)
-      : base(workspace + *offset), block_bytes(g.bytes(b)), nt(n_tiles), h0(first_head) {
+  int64_t block_bytes, t0, nt, h0;
+  Packed(const TileGemm& g, Block b, int64_t first_tile, int64_t n_tiles, int64_t first_head,
+         int64_t heads, std::byte* workspace, int64_t* offset)
+      : base(workspace + *offset),
+        block_bytes(g.bytes(b)),
+        t0(first_tile),
+        nt(n_tiles),
+        h0(first_head) {
     *offset += heads * nt * block_bytes;
   }
-  std::byte* at(int64_t h, int64_t t) const { return base + ((h - h0) * nt + t) * block_bytes; }
+  std::byte* at(int64_t h, int64_t t) const {
+    return base + ((h - h0) * nt + t - t0) * block_bytes;
+  }
 };
 
 // Tasks by key/value head, and within one in decreasing cost, so the tasks left for the end of
