@@ -431,7 +431,8 @@ TEST(Attention, EveryMicroKernelMatchesReference) {
   // Every kernel this CPU has, whatever NANOGPT_ISA selects: fp32 ones in fp32, and in bf16
   // the native ones (AVX512-BF16 12×32, AMX 32×32) and the fp32 ones on operands their packers
   // round. Their mr (4, 6, 8, 12, 32) and nr (8, 16, 32) pad tiles and head dims differently.
-  // Every third awkward case, which still covers every T, D, document layout and window.
+  // Every third awkward case, which still covers every T, D, document layout and window, and
+  // one grouped-query case.
   const std::vector<Case> all = awkward_cases();
   struct Config {
     MicroKernel kernel;
@@ -459,6 +460,19 @@ TEST(Attention, EveryMicroKernelMatchesReference) {
       EXPECT_TRUE(stray.empty()) << stray << " " << who << " " << describe(c);
       const Errors e = errors(got, run_reference(bf16 ? pr.rounded_to_bf16() : pr));
       expect_within(e, bf16 ? kBf16Bounds : kFp32Bounds, who + ", " + describe(c));
+      worst.max_with(e);
+    }
+    // And grouped-query heads (4 over 2), whose K/V blocks each serve two query heads.
+    {
+      const Case c{129, 4, 36, 2, Docs::kManyShort};
+      std::mt19937 rng(seed);
+      Problem pr(c.T, c.H, c.D, c.W, make_docs(c.docs, c.T, rng), seed++, 128, /*h_kv=*/2);
+      pr.params.precision = config.precision;
+      std::string stray;
+      const Outputs got = run_kernels(pr, &config.kernel, &stray);
+      EXPECT_TRUE(stray.empty()) << stray << " " << who << " H_kv=2 " << describe(c);
+      const Errors e = errors(got, run_reference(bf16 ? pr.rounded_to_bf16() : pr));
+      expect_within(e, bf16 ? kBf16Bounds : kFp32Bounds, who + ", H_kv=2 " + describe(c));
       worst.max_with(e);
     }
     std::printf("%-24s worst relative error: %s\n", who.c_str(), worst.str().c_str());
