@@ -18,10 +18,11 @@
 // head once for all the query heads that read it, then tasks run over (head, tile) pairs.
 // Every output element is summed by one task in a fixed order (dk, dv of a K/V head over its
 // query heads in order), so results are bitwise identical whatever the thread count. Working
-// memory is one group's packed operands, per K/V head 2·T_kv·D elements forward and
-// (3 + 4·H/H_kv)·T·D backward (bf16 elements in bf16), the calling thread's buffer in slot
+// memory is one group's packed operands, per K/V head 2·T_kv·D elements forward (fewer
+// when decoding with a window: only the key tiles some query sees) and (3 + 4·H/H_kv)·T·D
+// backward (bf16 elements in bf16), the calling thread's buffer in slot
 // "attention.packed" of Workspace::current() (runtime/workspace.hpp), kept there for the next
-// call and counted and released with that workspace.
+// call and counted and released with that workspace. Bad parameters throw InputError.
 #pragma once
 
 #include <cstdint>
