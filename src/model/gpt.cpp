@@ -21,6 +21,10 @@ std::string block_name(int64_t i, const char* suffix) {
   return "blocks." + std::to_string(i) + "." + suffix;
 }
 
+std::string value_embed_name(int k) {
+  return "value_embeds." + std::to_string(k) + ".weight";
+}
+
 template <class V>
 void resize(V& v, int64_t n) {
   v.resize(static_cast<size_t>(n));
@@ -68,26 +72,57 @@ GptT<Real>::GptT(const Config& config) : config_(config), precision_(resolved_pr
   validate_config(config_);
   const int64_t V = config_.vocab_size, d = config_.model_dim;
   const int64_t HD = config_.num_heads * config_.head_dim, L = config_.num_layers;
-  params_.add("embed.weight", {V, d}, ParamGroup::kEmbedding);
+  params_.add("embed.weight", {V, d}, ParamGroup::kEmbedding, ParamInit::kNormal);
   for (int k = 0; k < 3; ++k) {
-    params_.add("value_embeds." + std::to_string(k) + ".weight", {V, d}, ParamGroup::kEmbedding);
+    params_.add(value_embed_name(k), {V, d}, ParamGroup::kEmbedding, ParamInit::kNormal);
   }
   for (int64_t i = 0; i < L; ++i) {
     if (config_.has_attention(i)) {
-      params_.add(block_name(i, "attn.qkv_w"), {3, HD, d}, ParamGroup::kMatrix);
-      params_.add(block_name(i, "attn.lambdas"), {2}, ParamGroup::kScalar);
-      params_.add(block_name(i, "attn.c_proj.weight"), {d, HD}, ParamGroup::kMatrix);
+      params_.add(block_name(i, "attn.qkv_w"), {3, HD, d}, ParamGroup::kMatrix,
+                  ParamInit::kUniformFanIn);
+      params_.add(block_name(i, "attn.lambdas"), {2}, ParamGroup::kScalar, ParamInit::kAttnLambdas);
+      params_.add(block_name(i, "attn.c_proj.weight"), {d, HD}, ParamGroup::kMatrix,
+                  ParamInit::kZero);
     }
-    params_.add(block_name(i, "mlp.c_fc.weight"), {4 * d, d}, ParamGroup::kMatrix);
-    params_.add(block_name(i, "mlp.c_proj.weight"), {d, 4 * d}, ParamGroup::kMatrix);
-    params_.add(block_name(i, "lambdas"), {2}, ParamGroup::kScalar);
+    params_.add(block_name(i, "mlp.c_fc.weight"), {4 * d, d}, ParamGroup::kMatrix,
+                ParamInit::kUniformFanIn);
+    params_.add(block_name(i, "mlp.c_proj.weight"), {d, 4 * d}, ParamGroup::kMatrix,
+                ParamInit::kZero);
+    params_.add(block_name(i, "lambdas"), {2}, ParamGroup::kScalar, ParamInit::kBlockLambdas);
   }
-  params_.add("lm_head.weight", {config_.vocab_padded(), d}, ParamGroup::kHead);
-  params_.add("skip_weights", {L / 2}, ParamGroup::kScalar);
+  params_.add("lm_head.weight", {config_.vocab_padded(), d}, ParamGroup::kHead, ParamInit::kZero);
+  params_.add("skip_weights", {L / 2}, ParamGroup::kScalar, ParamInit::kOnes);
   params_.allocate();
   grads_.assign(params_.size(), 0.0f);
+  w_ = bind(params_.values().data());
+  g_ = bind(grads_.data());
   layers_.resize(static_cast<size_t>(L));
   dskip_.resize(static_cast<size_t>(L / 2));
+}
+
+template <class Real>
+GptWeights<Real> GptT<Real>::bind(Real* base) const {
+  auto at = [&](const std::string& name) { return base + params_.info(name).offset; };
+  GptWeights<Real> w;
+  w.embed = at("embed.weight");
+  for (int k = 0; k < 3; ++k) w.value_embeds[static_cast<size_t>(k)] = at(value_embed_name(k));
+  w.lm_head = at("lm_head.weight");
+  w.skip_weights = at("skip_weights");
+  w.blocks.resize(static_cast<size_t>(config_.num_layers));
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    BlockWeights<Real>& b = w.blocks[static_cast<size_t>(i)];
+    if (config_.has_attention(i)) {
+      b.qkv_w = at(block_name(i, "attn.qkv_w"));
+      b.attn_lambdas = at(block_name(i, "attn.lambdas"));
+      b.attn_proj = at(block_name(i, "attn.c_proj.weight"));
+      const int ve = config_.value_embed_index(i);
+      if (ve >= 0) b.value_embed = w.value_embeds[static_cast<size_t>(ve)];
+    }
+    b.c_fc = at(block_name(i, "mlp.c_fc.weight"));
+    b.mlp_proj = at(block_name(i, "mlp.c_proj.weight"));
+    b.lambdas = at(block_name(i, "lambdas"));
+  }
+  return w;
 }
 
 template <class Real>
@@ -97,50 +132,38 @@ void GptT<Real>::zero_grads() {
 
 template <class Real>
 void GptT<Real>::init_parameters(uint64_t seed) {
+  // One generator drawn in parameter order: the tensors' order fixes the values.
   Rng rng(seed);
-  auto& v = params_.values();
   for (const ParamTensor& t : params_.tensors()) {
-    Real* p = v.data() + t.offset;
-    const std::string& n = t.name;
-    auto ends_with = [&](const char* s) {
-      size_t l = std::strlen(s);
-      return n.size() >= l && n.compare(n.size() - l, l, s) == 0;
-    };
-    if (t.group == ParamGroup::kEmbedding) {
-      for (size_t i = 0; i < t.numel; ++i)
-        p[i] = static_cast<Real>(static_cast<float>(rng.normal()));
-    } else if (ends_with("c_proj.weight") || n == "lm_head.weight") {
-      std::fill(p, p + t.numel, Real(0));
-    } else if (t.group == ParamGroup::kMatrix) {
-      const double fan_in = static_cast<double>(t.shape.back());
-      const double bound = std::sqrt(3.0) * 0.5 / std::sqrt(fan_in);
-      for (size_t i = 0; i < t.numel; ++i)
-        p[i] = static_cast<Real>(static_cast<float>(rng.uniform(-bound, bound)));
-    } else if (ends_with("attn.lambdas")) {
-      p[0] = Real(0.5);
-      p[1] = Real(0.5);
-    } else if (ends_with("lambdas")) {
-      p[0] = Real(1);
-      p[1] = Real(0);
-    } else if (n == "skip_weights") {
-      std::fill(p, p + t.numel, Real(1));
+    Real* p = params_.values().data() + t.offset;
+    switch (t.init) {
+      case ParamInit::kZero:
+        std::fill(p, p + t.numel, Real(0));
+        break;
+      case ParamInit::kNormal:
+        for (size_t i = 0; i < t.numel; ++i)
+          p[i] = static_cast<Real>(static_cast<float>(rng.normal()));
+        break;
+      case ParamInit::kUniformFanIn: {
+        const double fan_in = static_cast<double>(t.shape.back());
+        const double bound = std::sqrt(3.0) * 0.5 / std::sqrt(fan_in);
+        for (size_t i = 0; i < t.numel; ++i)
+          p[i] = static_cast<Real>(static_cast<float>(rng.uniform(-bound, bound)));
+        break;
+      }
+      case ParamInit::kAttnLambdas:
+        p[0] = Real(0.5);
+        p[1] = Real(0.5);
+        break;
+      case ParamInit::kBlockLambdas:
+        p[0] = Real(1);
+        p[1] = Real(0);
+        break;
+      case ParamInit::kOnes:
+        std::fill(p, p + t.numel, Real(1));
+        break;
     }
   }
-}
-
-template <class Real>
-typename GptT<Real>::LayerWeights GptT<Real>::weights_of(Real* base, int64_t i) {
-  LayerWeights w;
-  auto at = [&](const char* suffix) { return base + params_.info(block_name(i, suffix)).offset; };
-  if (config_.has_attention(i)) {
-    w.qkv_w = at("attn.qkv_w");
-    w.attn_lambdas = at("attn.lambdas");
-    w.attn_proj = at("attn.c_proj.weight");
-  }
-  w.c_fc = at("mlp.c_fc.weight");
-  w.mlp_proj = at("mlp.c_proj.weight");
-  w.lambdas = at("lambdas");
-  return w;
 }
 
 template <class Real>
@@ -252,8 +275,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
   }
   compute_doc_ids(inputs, seq_len);
 
-  Real* base = params_.values().data();
-  const Real* embed = params_.data("embed.weight");
+  const Real* embed = w_.embed;
   for_row_blocks("embed.norm", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
       std::memcpy(&x0_[t * d], embed + tokens_[t] * d, d * sizeof(Real));
@@ -263,8 +285,8 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
   const Real* x_prev = x0_.data();
   for (int64_t i = 0; i < L; ++i) {
     LayerActivations& A = layers_[static_cast<size_t>(i)];
-    LayerWeights w = weights_of(base, i);
-    const Real skip = i >= n ? params_.data("skip_weights")[i - n] : Real(0);
+    const BlockWeights<Real>& w = w_.blocks[static_cast<size_t>(i)];
+    const Real skip = i >= n ? w_.skip_weights[i - n] : Real(0);
     const Real* skip_src = i >= n ? layers_[static_cast<size_t>(L - 1 - i)].x_out.data() : nullptr;
     const Real l0 = w.lambdas[0], l1 = w.lambdas[1];
     const bool attention = config_.has_attention(i);
@@ -283,10 +305,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
     if (attention) {
       model_gemm(precision_, "attn.qkv.fwd", Trans::kNo, Trans::kYes, T, 3 * HD, d, Real(1),
                  A.norm1.data(), d, w.qkv_w, d, Real(0), A.qkv_raw.data(), 3 * HD);
-      const int ve_index = config_.value_embed_index(i);
-      const Real* ve = ve_index < 0
-                           ? nullptr
-                           : params_.data("value_embeds." + std::to_string(ve_index) + ".weight");
+      const Real* ve = w.value_embed;
       const Real la0 = w.attn_lambdas[0], la1 = w.attn_lambdas[1];
       for_row_blocks("qk_norm.rotary.v_mix", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
@@ -363,8 +382,7 @@ double GptT<Real>::forward_loss(std::span<const int32_t> inputs, std::span<const
                                 int64_t window_blocks, Real* per_token, int64_t seq_len) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
   forward(inputs, window_blocks, seq_len);
-  LossArgs<Real> p =
-      loss_params(config_, final_norm_.data(), params_.data("lm_head.weight"), targets.data(), T_);
+  LossArgs<Real> p = loss_params(config_, final_norm_.data(), w_.lm_head, targets.data(), T_);
   return model_loss_forward(p, per_token);
 }
 
@@ -377,15 +395,11 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
   const int64_t T = T_;
   const int64_t d = config_.model_dim, H = config_.num_heads, D = config_.head_dim;
   const int64_t HD = H * D, L = config_.num_layers, n = L / 2;
-  Real* base = params_.values().data();
-  Real* gbase = grads_.data();
-  auto grad_of = [&](const std::string& name) { return gbase + params_.info(name).offset; };
 
   // Head: fused lm_head + soft-cap + cross-entropy, then the final norm.
-  LossArgs<Real> p =
-      loss_params(config_, final_norm_.data(), params_.data("lm_head.weight"), targets.data(), T);
+  LossArgs<Real> p = loss_params(config_, final_norm_.data(), w_.lm_head, targets.data(), T);
   p.loss_scale = loss_scale;
-  const double loss_sum = model_loss_backward(p, dnorm_.data(), grad_of("lm_head.weight"));
+  const double loss_sum = model_loss_backward(p, dnorm_.data(), g_.lm_head);
   for_row_blocks("final_norm.bwd", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
     rmsnorm_backward(&final_norm_[t0 * d], d, &rstd_final_[t0], &dnorm_[t0 * d], d, &dx_[t0 * d], d,
                      t1 - t0, d, false);
@@ -394,13 +408,13 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
   std::fill(dx0_.begin(), dx0_.end(), Real(0));
   for (auto& s : dskip_) std::fill(s.begin(), s.end(), Real(0));
   Real* dx = dx_.data();
-  Real* skip_grad = grad_of("skip_weights");
-  const Real* skip_w = params_.data("skip_weights");
+  Real* skip_grad = g_.skip_weights;
+  const Real* skip_w = w_.skip_weights;
 
   for (int64_t i = L - 1; i >= 0; --i) {
     LayerActivations& A = layers_[static_cast<size_t>(i)];
-    LayerWeights w = weights_of(base, i);
-    LayerWeights g = weights_of(gbase, i);
+    const BlockWeights<Real>& w = w_.blocks[static_cast<size_t>(i)];
+    const BlockWeights<Real>& g = g_.blocks[static_cast<size_t>(i)];
     // dx is the gradient of this block's output; the first half's outputs also fed a skip.
     // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ
     if (i < n) {
@@ -438,14 +452,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                                dqkv_.data() + HD, dqkv_.data() + 2 * HD);
 
       // v = λa0·v_raw + λa1·ve
-      const int ve_index = config_.value_embed_index(i);
-      const Real* ve = nullptr;
-      Real* dve = nullptr;
-      if (ve_index >= 0) {
-        std::string name = "value_embeds." + std::to_string(ve_index) + ".weight";
-        ve = params_.data(name);
-        dve = grad_of(name);
-      }
+      const Real* ve = w.value_embed;
+      Real* dve = g.value_embed;
       const Real la0 = w.attn_lambdas[0], la1 = w.attn_lambdas[1];
       // Tokens repeat, so rows of the value embedding's gradient are shared: accumulated
       // serially, in token order, before the parallel pass rescales dv.
@@ -522,7 +530,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     rmsnorm_backward(&x0_[t0 * d], d, &rstd0_[t0], &dx0_[t0 * d], d, &dnorm_[t0 * d], d, t1 - t0, d,
                      false);
   });
-  Real* gembed = grad_of("embed.weight");
+  Real* gembed = g_.embed;
   for (int64_t t = 0; t < T; ++t) {
     Real* row = gembed + tokens_[t] * d;
     const Real* src = &dnorm_[t * d];

@@ -22,6 +22,7 @@
 
 #include "kernels/rotary.hpp"
 #include "model/config.hpp"
+#include "model/gpt_weights.hpp"
 #include "model/model_kernels.hpp"
 #include "model/parameters.hpp"
 #include "runtime/aligned_memory.hpp"
@@ -34,11 +35,20 @@ template <class Real>
 class GptT {
  public:
   explicit GptT(const Config& config);
+  // The weight views point into the model's own buffers: a copy would point into the
+  // original's, so the model moves (buffers and views together) but never copies.
+  GptT(const GptT&) = delete;
+  GptT& operator=(const GptT&) = delete;
+  GptT(GptT&&) noexcept = default;
+  GptT& operator=(GptT&&) noexcept = default;
 
   const Config& config() const { return config_; }
   Precision precision() const { return precision_; }
   ParameterSetT<Real>& params() { return params_; }
   const ParameterSetT<Real>& params() const { return params_; }
+  // Typed views of params() and grads().
+  const GptWeights<Real>& weights() const { return w_; }
+  const GptWeights<Real>& grad_weights() const { return g_; }
   AlignedVector<Real>& grads() { return grads_; }
   const AlignedVector<Real>& grads() const { return grads_; }
   void zero_grads();
@@ -70,10 +80,6 @@ class GptT {
   int64_t layer_window(int64_t layer, int64_t window_blocks) const;
 
  private:
-  struct LayerWeights {
-    Real *qkv_w = nullptr, *attn_lambdas = nullptr, *attn_proj = nullptr;
-    Real *c_fc = nullptr, *mlp_proj = nullptr, *lambdas = nullptr;
-  };
   struct LayerActivations {
     AlignedVector<Real> x_in;      // [T, d] block input (after the skip)
     AlignedVector<Real> x_mix;     // [T, d] λ0·x_in + λ1·x0
@@ -91,7 +97,7 @@ class GptT {
     AlignedVector<Real> x_out;     // [T, d] block output
   };
 
-  LayerWeights weights_of(Real* base, int64_t layer);
+  GptWeights<Real> bind(Real* base) const;
   void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len);
   void ensure_capacity(int64_t T, int64_t seq_len);
   void compute_doc_ids(std::span<const int32_t> inputs, int64_t seq_len);
@@ -101,6 +107,7 @@ class GptT {
   Precision precision_;  // of the products; the float64 instantiation ignores it
   ParameterSetT<Real> params_;
   AlignedVector<Real> grads_;
+  GptWeights<Real> w_, g_;  // views of params_ and grads_
   RotaryTableT<Real> rotary_;
   int64_t T_ = 0;              // tokens in the last forward (all its sequences)
   int64_t seq_len_ = 0;        // the length of each of its sequences
