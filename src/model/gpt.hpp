@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/rotary.hpp"
+#include "model/block_ops.hpp"
 #include "model/config.hpp"
 #include "model/gpt_weights.hpp"
 #include "model/model_kernels.hpp"
@@ -101,6 +102,7 @@ class GptT {
   void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len);
   void ensure_capacity(int64_t T, int64_t seq_len);
   void compute_doc_ids(std::span<const int32_t> inputs, int64_t seq_len);
+  QkvShape qkv_shape() const;
   AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks) const;
 
   Config config_;
@@ -114,6 +116,7 @@ class GptT {
   int64_t window_blocks_ = 1;  // its long-layer window
 
   std::vector<int32_t> tokens_, doc_;
+  std::vector<int64_t> pos_;  // each token's position in its sequence (RoPE)
   AlignedVector<Real> x0_, rstd0_;
   std::vector<LayerActivations> layers_;
   AlignedVector<Real> final_in_, final_norm_, rstd_final_;
