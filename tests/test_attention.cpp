@@ -70,16 +70,23 @@ std::vector<int32_t> make_docs(Docs layout, int64_t T, std::mt19937& rng) {
 }
 
 // One attention problem laid out as the model lays it out: q, k, v are slices of one [T, ld]
-// buffer, with ld a little more than 3·H·D so stray writes past a slice have somewhere to land.
+// buffer (H query heads, then H_kv key heads, then H_kv value heads), with ld a little more than
+// (H + 2·H_kv)·D so stray writes past a slice have somewhere to land.
 struct Problem {
-  int64_t T, H, D, ld;
+  int64_t T, H, H_kv, D, ld;
   std::vector<int32_t> doc;
   std::vector<float> qkv, dout;
   AttentionParams params;
 
+  // h_kv = 0 leaves params.H_kv at its default (H).
   Problem(int64_t t, int64_t h, int64_t d, int64_t w, std::vector<int32_t> docs, uint32_t seed,
-          int64_t block_size = 128)
-      : T(t), H(h), D(d), ld(3 * h * d + 3), doc(std::move(docs)) {
+          int64_t block_size = 128, int64_t h_kv = 0)
+      : T(t),
+        H(h),
+        H_kv(h_kv == 0 ? h : h_kv),
+        D(d),
+        ld((h + 2 * H_kv) * d + 3),
+        doc(std::move(docs)) {
     std::mt19937 rng(seed);
     // Scores of a few units (std ~ 0.12·2²·sqrt(D)), so softmax rows are far from uniform.
     std::normal_distribution<float> qk(0.0f, 2.0f);
@@ -87,13 +94,14 @@ struct Problem {
     qkv.resize(static_cast<size_t>(T * ld));
     for (int64_t i = 0; i < T; ++i) {
       for (int64_t c = 0; c < ld; ++c) {
-        qkv[static_cast<size_t>(i * ld + c)] = c < 2 * H * D ? qk(rng) : u(rng);
+        qkv[static_cast<size_t>(i * ld + c)] = c < (H + H_kv) * D ? qk(rng) : u(rng);
       }
     }
     dout.resize(static_cast<size_t>(T * H * D));
     for (auto& x : dout) x = u(rng);
     params.T = T;
     params.H = H;
+    params.H_kv = h_kv;
     params.D = D;
     params.ld = ld;
     params.window_blocks = w;
@@ -109,20 +117,24 @@ struct Problem {
   void rebind() {
     params.q = qkv.data();
     params.k = qkv.data() + H * D;
-    params.v = qkv.data() + 2 * H * D;
+    params.v = qkv.data() + (H + H_kv) * D;
     params.doc = doc.data();
   }
   float& k(int64_t t, int64_t h, int64_t e) {
     return qkv[static_cast<size_t>(t * ld + (H + h) * D + e)];
   }
   float& v(int64_t t, int64_t h, int64_t e) {
-    return qkv[static_cast<size_t>(t * ld + (2 * H + h) * D + e)];
+    return qkv[static_cast<size_t>(t * ld + (H + H_kv + h) * D + e)];
   }
+  // Column of the first element of slice s (0: q, 1: k, 2: v) and its width.
+  int64_t slice_begin(int s) const { return s == 0 ? 0 : H * D + (s - 1) * H_kv * D; }
+  int64_t slice_width(int s) const { return s == 0 ? H * D : H_kv * D; }
 
  private:
   Problem(const Problem& other, bool round)
       : T(other.T),
         H(other.H),
+        H_kv(other.H_kv),
         D(other.D),
         ld(other.ld),
         doc(other.doc),
@@ -157,29 +169,29 @@ double rel_error(const std::vector<float>& got, const std::vector<float>& want) 
 }
 
 struct Grads {
-  std::vector<float> dq, dk, dv;  // [T, H·D] each
+  std::vector<float> dq, dk, dv;  // [T, H·D], [T, H_kv·D], [T, H_kv·D]
 };
 
 // Runs `backward` into three separate [T, ld] buffers whose slices are NaN and the rest is
-// sentinel, checks the sentinel survived, and returns the slices compacted to [T, H·D].
+// sentinel, checks the sentinel survived, and returns the slices compacted.
 template <typename Fn>
 Grads run_backward(const Problem& pr, Fn backward, std::string* stray) {
-  const int64_t hd = pr.H * pr.D;
   std::vector<float> buf[3];
   for (int s = 0; s < 3; ++s) {
     buf[s].assign(static_cast<size_t>(pr.T * pr.ld), kSentinel);
     for (int64_t t = 0; t < pr.T; ++t) {
-      std::fill_n(buf[s].begin() + t * pr.ld + s * hd, hd, kNaN);
+      std::fill_n(buf[s].begin() + t * pr.ld + pr.slice_begin(s), pr.slice_width(s), kNaN);
     }
   }
-  backward(buf[0].data(), buf[1].data() + hd, buf[2].data() + 2 * hd);
+  backward(buf[0].data(), buf[1].data() + pr.slice_begin(1), buf[2].data() + pr.slice_begin(2));
   Grads g;
   std::vector<float>* outs[3] = {&g.dq, &g.dk, &g.dv};
   for (int s = 0; s < 3; ++s) {
+    const int64_t begin = pr.slice_begin(s), end = begin + pr.slice_width(s);
     for (int64_t t = 0; t < pr.T; ++t) {
       for (int64_t c = 0; c < pr.ld; ++c) {
         const float x = buf[s][static_cast<size_t>(t * pr.ld + c)];
-        if (c >= s * hd && c < (s + 1) * hd) {
+        if (c >= begin && c < end) {
           outs[s]->push_back(x);
         } else if (std::memcmp(&x, &kSentinel, sizeof x) != 0 && stray->empty()) {
           *stray = "gradient " + std::to_string(s) + " wrote token " + std::to_string(t) +
@@ -452,6 +464,37 @@ TEST(Attention, EveryMicroKernelMatchesReference) {
   }
 }
 
+TEST(Attention, Bf16DeltaUsesThePackersRounding) {
+  // In bf16, dP = dO·Vᵀ is computed from dO as the packers round it, which flushes fp32
+  // denormals to zero; Delta = dO·O must be computed from the same bits, or each row of dS no
+  // longer sums to zero. Here half the columns of dO are denormal (1.1e-38) where V (and so O)
+  // is ~1e36: their products (~0.01 each, ~0.26 per row) are in a Delta from denormals rounded
+  // to nearest and absent from dP, which would move every dS by scale·P·0.26 and dq, dk by
+  // far more than their bounds. T = 128, one block: a query sees at most 128 keys, so o stays
+  // below 128·1e36, finite.
+  const int64_t T = 128, H = 2, D = 64;
+  Problem pr(T, H, D, 1, std::vector<int32_t>(T, 0), 41);
+  pr.params.precision = Precision::kBf16;
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> big(0.5e36f, 1.0e36f);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t e = 0; e < D / 2; ++e) {
+        pr.v(t, h, e) = big(rng);
+        pr.dout[static_cast<size_t>(t * H * D + h * D + e)] = 1.1e-38f;
+      }
+    }
+  }
+  ASSERT_EQ(std::fpclassify(pr.dout[0]), FP_SUBNORMAL);
+  ASSERT_EQ(round_to_bf16(pr.dout[0]), 0.0f);
+  std::string stray;
+  const Outputs got = run_kernels(pr, nullptr, &stray);
+  EXPECT_TRUE(stray.empty()) << stray;
+  const Errors e = errors(got, run_reference(pr.rounded_to_bf16()));
+  expect_within(e, kBf16Bounds, "denormal dO");
+  std::printf("bf16 with denormal dO: %s\n", e.str().c_str());
+}
+
 TEST(Attention, RejectsKernelThatCannotTakeThePrecision) {
   // AMX multiplies bf16 only: asked for fp32 it must refuse, not round silently.
   for (const MicroKernel& k : bf16_microkernels_under_test()) {
@@ -463,12 +506,13 @@ TEST(Attention, RejectsKernelThatCannotTakeThePrecision) {
 }
 
 // The loss Σ G∘out in double, written from the spec without the library, for finite
-// differences of the reference backward.
+// differences of the reference backward; qkv laid out as in Problem.
 double double_loss(const AttentionParams& p, const std::vector<double>& qkv,
                    const std::vector<float>& g) {
-  const int64_t H = p.H, D = p.D, hd = H * D;
+  const int64_t H = p.H, H_kv = p.H_kv == 0 ? H : p.H_kv, D = p.D, hd = H * D;
   double loss = 0;
   for (int64_t h = 0; h < H; ++h) {
+    const int64_t kv = h / (H / H_kv);
     for (int64_t i = 0; i < p.T; ++i) {
       std::vector<double> s(static_cast<size_t>(i + 1), -INFINITY);
       double m = -INFINITY;
@@ -477,7 +521,7 @@ double double_loss(const AttentionParams& p, const std::vector<double>& qkv,
         double dot = 0;
         for (int64_t e = 0; e < D; ++e) {
           dot += qkv[static_cast<size_t>(i * p.ld + h * D + e)] *
-                 qkv[static_cast<size_t>(j * p.ld + hd + h * D + e)];
+                 qkv[static_cast<size_t>(j * p.ld + (H + kv) * D + e)];
         }
         s[static_cast<size_t>(j)] = p.scale * dot;
         m = std::max(m, s[static_cast<size_t>(j)]);
@@ -488,7 +532,7 @@ double double_loss(const AttentionParams& p, const std::vector<double>& qkv,
         const double pij = std::exp(s[static_cast<size_t>(j)] - m) / z;
         for (int64_t e = 0; e < D; ++e) {
           loss += g[static_cast<size_t>(i * hd + h * D + e)] * pij *
-                  qkv[static_cast<size_t>(j * p.ld + 2 * hd + h * D + e)];
+                  qkv[static_cast<size_t>(j * p.ld + (H + H_kv + kv) * D + e)];
         }
       }
     }
@@ -497,44 +541,48 @@ double double_loss(const AttentionParams& p, const std::vector<double>& qkv,
 }
 
 TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
-  // Tiny blocks so the window, documents and causality all bite within 9 tokens.
-  Problem pr(9, 2, 3, 2, {4, 4, 4, 4, 4, 4, 4, 9, 9}, 7, /*block_size=*/2);
-  pr.params.scale = 0.7f;
-  std::vector<double> x(pr.qkv.begin(), pr.qkv.end());
-  std::string stray;
-  Grads g = run_backward(
-      pr,
-      [&](float* dq, float* dk, float* dv) {
-        attention_backward_reference(pr.params, pr.dout.data(), dq, dk, dv);
-      },
-      &stray);
-  ASSERT_TRUE(stray.empty()) << stray;
-  // Central differences in double: truncation ~h² and rounding ~1e-16/h, both far below the
-  // reference's float output rounding (~6e-8 relative). Bound: 1e-6 of the largest entry.
-  const double h = 1e-5;
-  const int64_t hd = pr.H * pr.D;
-  const std::vector<float>* grads[3] = {&g.dq, &g.dk, &g.dv};
-  for (int s = 0; s < 3; ++s) {
-    double err = 0, scale = 0;
-    for (int64_t t = 0; t < pr.T; ++t) {
-      for (int64_t c = 0; c < hd; ++c) {
-        const size_t idx = static_cast<size_t>(t * pr.ld + s * hd + c);
-        const double saved = x[idx];
-        x[idx] = saved + h;
-        const double up = double_loss(pr.params, x, pr.dout);
-        x[idx] = saved - h;
-        const double down = double_loss(pr.params, x, pr.dout);
-        x[idx] = saved;
-        const double fd = (up - down) / (2 * h);
-        const double an = (*grads[s])[static_cast<size_t>(t * hd + c)];
-        err = std::max(err, std::abs(fd - an));
-        scale = std::max(scale, std::abs(fd));
+  // Tiny blocks so the window, documents and causality all bite within 9 tokens; H = 4 query
+  // heads over 4, 2 or 1 key/value heads, so dk and dv sum over groups of 1, 2 and 4.
+  for (int64_t h_kv : {4, 2, 1}) {
+    Problem pr(9, 4, 3, 2, {4, 4, 4, 4, 4, 4, 4, 9, 9}, 7, /*block_size=*/2, h_kv);
+    pr.params.scale = 0.7f;
+    std::vector<double> x(pr.qkv.begin(), pr.qkv.end());
+    std::string stray;
+    Grads g = run_backward(
+        pr,
+        [&](float* dq, float* dk, float* dv) {
+          attention_backward_reference(pr.params, pr.dout.data(), dq, dk, dv);
+        },
+        &stray);
+    ASSERT_TRUE(stray.empty()) << stray;
+    // Central differences in double: truncation ~h² and rounding ~1e-16/h, both far below the
+    // reference's float output rounding (~6e-8 relative). Bound: 1e-6 of the largest entry.
+    const double h = 1e-5;
+    const std::vector<float>* grads[3] = {&g.dq, &g.dk, &g.dv};
+    for (int s = 0; s < 3; ++s) {
+      const int64_t width = pr.slice_width(s);
+      double err = 0, scale = 0;
+      for (int64_t t = 0; t < pr.T; ++t) {
+        for (int64_t c = 0; c < width; ++c) {
+          const size_t idx = static_cast<size_t>(t * pr.ld + pr.slice_begin(s) + c);
+          const double saved = x[idx];
+          x[idx] = saved + h;
+          const double up = double_loss(pr.params, x, pr.dout);
+          x[idx] = saved - h;
+          const double down = double_loss(pr.params, x, pr.dout);
+          x[idx] = saved;
+          const double fd = (up - down) / (2 * h);
+          const double an = (*grads[s])[static_cast<size_t>(t * width + c)];
+          err = std::max(err, std::abs(fd - an));
+          scale = std::max(scale, std::abs(fd));
+        }
       }
+      const char name = "qkv"[s];
+      EXPECT_LT(err / scale, 1e-6) << "d" << name << " H_kv=" << h_kv;
+      std::printf("H_kv=%lld: finite differences vs reference d%c: %.3g relative\n",
+                  static_cast<long long>(h_kv), name, err / scale);
+      EXPECT_GT(scale, 1e-3) << "degenerate case: gradient " << s << " is ~0";
     }
-    const char name = "qkv"[s];
-    EXPECT_LT(err / scale, 1e-6) << "d" << name;
-    std::printf("finite differences vs reference d%c: %.3g relative\n", name, err / scale);
-    EXPECT_GT(scale, 1e-3) << "degenerate case: gradient " << s << " is ~0";
   }
 }
 
@@ -631,42 +679,51 @@ TEST(Attention, HiddenKeysDoNotChangeOutputsBf16) {
 }
 
 TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
-  // Tasks own their outputs and sum them in a fixed order, so 1, 2 and 3 threads must agree to
-  // the bit, in both precisions, and so must the grouping of heads. D = 40 pads to the AMX k
+  // Tasks own their outputs and sum them in a fixed order (dk, dv of a K/V head over its query
+  // heads in order), so 1, 2 and 3 threads must agree to the bit, in both precisions, with and
+  // without grouped-query heads, and so must the grouping of heads. D = 40 pads to the AMX k
   // step and to nr.
   std::mt19937 rng(5);
   std::vector<int32_t> doc = make_docs(Docs::kManyShort, 700, rng);
   for (int64_t t = 300; t < 700; ++t) doc[t] = doc[299] + 1;  // one long doc too
-  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
-    const char* what = precision == Precision::kBf16 ? "bf16" : "fp32";
-    Problem pr(700, 3, 40, 3, doc, 77);
-    pr.params.precision = precision;
-    auto run = [&](int threads) {
-      ThreadPool pool(threads);
-      ThreadPool::Use use(pool);
-      std::string stray;
-      Outputs r = run_kernels(pr, nullptr, &stray);
-      EXPECT_TRUE(stray.empty()) << stray;
-      return r;
-    };
-    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    };
-    const Outputs one = run(1);
-    auto expect_same = [&](const Outputs& r, const std::string& how) {
-      EXPECT_TRUE(same(one.out, r.out)) << what << " " << how;
-      EXPECT_TRUE(same(one.lse, r.lse)) << what << " " << how;
-      EXPECT_TRUE(same(one.g.dq, r.g.dq)) << what << " " << how;
-      EXPECT_TRUE(same(one.g.dk, r.g.dk)) << what << " " << how;
-      EXPECT_TRUE(same(one.g.dv, r.g.dv)) << what << " " << how;
-    };
-    for (int threads : {2, 3}) expect_same(run(threads), std::to_string(threads) + " threads");
-    // Heads packed and processed one at a time rather than all together (the budget decides
-    // for large problems): the same bits.
-    const int64_t budget = set_attention_packed_budget(1);
-    const Outputs per_head = run(2);
-    set_attention_packed_budget(budget);
-    expect_same(per_head, "one head per group, 2 threads");
+  struct Heads {
+    int64_t H, H_kv;
+  };
+  for (const Heads heads : {Heads{3, 3}, Heads{4, 2}, Heads{4, 1}}) {
+    for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      const std::string what = std::string(precision == Precision::kBf16 ? "bf16" : "fp32") +
+                               " H=" + std::to_string(heads.H) +
+                               " H_kv=" + std::to_string(heads.H_kv);
+      Problem pr(700, heads.H, 40, 3, doc, 77, 128, heads.H_kv);
+      pr.params.precision = precision;
+      auto run = [&](int threads) {
+        ThreadPool pool(threads);
+        ThreadPool::Use use(pool);
+        std::string stray;
+        Outputs r = run_kernels(pr, nullptr, &stray);
+        EXPECT_TRUE(stray.empty()) << stray;
+        return r;
+      };
+      auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() &&
+               std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
+      const Outputs one = run(1);
+      auto expect_same = [&](const Outputs& r, const std::string& how) {
+        EXPECT_TRUE(same(one.out, r.out)) << what << " " << how;
+        EXPECT_TRUE(same(one.lse, r.lse)) << what << " " << how;
+        EXPECT_TRUE(same(one.g.dq, r.g.dq)) << what << " " << how;
+        EXPECT_TRUE(same(one.g.dk, r.g.dk)) << what << " " << how;
+        EXPECT_TRUE(same(one.g.dv, r.g.dv)) << what << " " << how;
+      };
+      for (int threads : {2, 3}) expect_same(run(threads), std::to_string(threads) + " threads");
+      // Heads packed and processed one at a time rather than all together (the budget decides
+      // for large problems): the same bits.
+      const int64_t budget = set_attention_packed_budget(1);
+      const Outputs per_head = run(2);
+      set_attention_packed_budget(budget);
+      expect_same(per_head, "one head per group, 2 threads");
+    }
   }
 }
 
@@ -698,6 +755,19 @@ TEST(Attention, VisitedFractionScalesWithWindow) {
   std::vector<int32_t> docs(4096);
   for (int64_t t = 0; t < 4096; ++t) docs[t] = static_cast<int32_t>(t / 64);
   EXPECT_NEAR(fraction(4096, 32, docs), 1.0 / 64, 1e-12);
+  // Decoding the last 64 positions of 4096 with W = 2: one query tile (block 31) sees blocks
+  // 30 and 31, key tiles 60..63, of 64 key tiles.
+  std::vector<int32_t> doc = one_doc(4096);
+  AttentionParams p;
+  p.T = 64;
+  p.T_kv = 4096;
+  p.H = 6;
+  p.H_kv = 2;
+  p.D = 128;
+  p.ld = 6 * 128;
+  p.doc = doc.data();
+  p.window_blocks = 2;
+  EXPECT_EQ(attention_visited_fraction(p), 4.0 / 64);
 }
 
 TEST(Attention, RejectsBadParams) {
@@ -713,6 +783,156 @@ TEST(Attention, RejectsBadParams) {
   p = pr.params;
   p.doc = bad.data();
   EXPECT_THROW(attention_forward(p, out.data(), lse.data()), Error);
+  // Key/value heads that do not divide the query heads, or negative.
+  for (int64_t h_kv : {-1, 3}) {
+    p = pr.params;
+    p.H_kv = h_kv;
+    EXPECT_THROW(attention_forward(p, out.data(), lse.data()), InputError) << h_kv;
+    EXPECT_THROW(attention_forward_reference(p, out.data(), lse.data()), InputError) << h_kv;
+  }
+  // Fewer key/value positions than queries, or negative.
+  for (int64_t t_kv : {-1, 9}) {
+    p = pr.params;
+    p.T_kv = t_kv;
+    EXPECT_THROW(attention_forward(p, out.data(), lse.data()), InputError) << t_kv;
+  }
+  // Row strides below a row of heads: q needs H·D, k and v H_kv·D.
+  p = pr.params;
+  p.ld_q = 15;
+  EXPECT_THROW(attention_forward(p, out.data(), lse.data()), InputError);
+  p = pr.params;
+  p.H_kv = 1;
+  p.ld_kv = 7;
+  EXPECT_THROW(attention_forward(p, out.data(), lse.data()), InputError);
+  p.ld_kv = 8;  // one key/value head of D = 8 fits
+  EXPECT_NO_THROW(attention_forward(p, out.data(), lse.data()));
+  // The backward differentiates training only: T_kv must be T. The doc has room for 12.
+  std::vector<int32_t> doc12(12, 0);
+  std::vector<float> qkv12(static_cast<size_t>(12 * pr.ld), 0.5f);
+  std::vector<float> dq(static_cast<size_t>(10 * pr.ld)), dk(dq.size()), dv(dq.size());
+  p = pr.params;
+  p.T_kv = 12;
+  p.doc = doc12.data();
+  p.k = qkv12.data() + 16;
+  p.v = qkv12.data() + 32;
+  EXPECT_NO_THROW(attention_forward(p, out.data(), lse.data()));
+  EXPECT_THROW(attention_backward(p, out.data(), lse.data(), pr.dout.data(), dq.data(), dk.data(),
+                                  dv.data()),
+               InputError);
+  EXPECT_THROW(attention_backward_reference(p, pr.dout.data(), dq.data(), dk.data(), dv.data()),
+               InputError);
+}
+
+TEST(Attention, GroupedQueryMatchesReference) {
+  // H = 4 query heads over 4, 2 or 1 key/value heads, in fp32 against the reference and in bf16
+  // against the reference on rounded operands, with the bounds of the tests above: dk and dv sum
+  // over up to 4 query heads, and the bounds are relative to their largest entry, which grows
+  // with the group as the errors do.
+  Errors worst[2];
+  uint32_t seed = 600;
+  for (int64_t h_kv : {4, 2, 1}) {
+    for (const Case& c :
+         {Case{1, 4, 8, 1, Docs::kSingle}, Case{129, 4, 16, 1, Docs::kManyShort},
+          Case{300, 4, 8, 2, Docs::kTileEdge}, Case{200, 4, 128, 5, Docs::kSingle}}) {
+      for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+        const bool bf16 = precision == Precision::kBf16;
+        std::mt19937 rng(seed);
+        Problem pr(c.T, c.H, c.D, c.W, make_docs(c.docs, c.T, rng), seed++, 128, h_kv);
+        pr.params.precision = precision;
+        std::string stray;
+        const Outputs got = run_kernels(pr, nullptr, &stray);
+        const std::string what =
+            describe(c) + " H_kv=" + std::to_string(h_kv) + (bf16 ? " bf16" : " fp32");
+        EXPECT_TRUE(stray.empty()) << stray << " " << what;
+        const Errors e = errors(got, run_reference(bf16 ? pr.rounded_to_bf16() : pr));
+        expect_within(e, bf16 ? kBf16Bounds : kFp32Bounds, what);
+        worst[bf16].max_with(e);
+      }
+    }
+  }
+  std::printf("grouped-query fp32 worst relative error: %s\n", worst[0].str().c_str());
+  std::printf("grouped-query bf16 worst relative error: %s\n", worst[1].str().c_str());
+}
+
+TEST(Attention, DecodingOverCacheMatchesFullForward) {
+  // The last n of T_kv positions as queries (q a fresh [n, H·D] buffer, k and v in the
+  // [T_kv, ld] "cache") give the bits of the last n rows of a forward over all T_kv positions:
+  // a query's result depends only on the key tiles it sees, walked in the same order, not on
+  // which queries share its tile (tiles a query does not see add exact zeros). On every
+  // micro-kernel, both precisions; the reference too. Block size 32 so windows bite, and n
+  // such that the query tiles start off the key tiles' grid.
+  const int64_t T_kv = 300, H = 4, H_kv = 2, D = 16;
+  struct Config {
+    MicroKernel kernel;
+    Precision precision;
+  };
+  std::vector<Config> configs;
+  for (const MicroKernel& k : available_microkernels()) configs.push_back({k, Precision::kFp32});
+  for (const MicroKernel& k : bf16_microkernels_under_test()) {
+    configs.push_back({k, Precision::kBf16});
+  }
+  uint32_t seed = 700;
+  for (Docs docs : {Docs::kSingle, Docs::kManyShort}) {
+    std::mt19937 rng(seed);
+    Problem full(T_kv, H, D, 3, make_docs(docs, T_kv, rng), seed++, /*block_size=*/32, H_kv);
+    for (const Config& config : configs) {
+      full.params.precision = config.precision;
+      std::vector<float> out(static_cast<size_t>(T_kv * H * D)), lse(static_cast<size_t>(H * T_kv));
+      attention_forward_with(config.kernel, full.params, out.data(), lse.data());
+      for (int64_t n : {1, 7, 64, 100, 300}) {
+        const int64_t first = T_kv - n;
+        std::vector<float> q(static_cast<size_t>(n * H * D));
+        for (int64_t i = 0; i < n; ++i) {
+          std::memcpy(&q[static_cast<size_t>(i * H * D)],
+                      &full.qkv[static_cast<size_t>((first + i) * full.ld)],
+                      static_cast<size_t>(H * D) * sizeof(float));
+        }
+        AttentionParams p = full.params;
+        p.T = n;
+        p.T_kv = T_kv;
+        p.q = q.data();
+        p.ld = 0;
+        p.ld_q = H * D;
+        p.ld_kv = full.ld;
+        std::vector<float> dec(static_cast<size_t>(n * H * D), kNaN),
+            dec_lse(static_cast<size_t>(H * n), kNaN);
+        attention_forward_with(config.kernel, p, dec.data(), dec_lse.data());
+        const std::string what = std::string(config.kernel.isa) +
+                                 (config.precision == Precision::kBf16 ? " bf16" : " fp32") +
+                                 " docs=" + name(docs) + " n=" + std::to_string(n);
+        EXPECT_EQ(std::memcmp(dec.data(), &out[static_cast<size_t>(first * H * D)],
+                              dec.size() * sizeof(float)),
+                  0)
+            << what;
+        for (int64_t h = 0; h < H; ++h) {
+          EXPECT_EQ(std::memcmp(&dec_lse[static_cast<size_t>(h * n)],
+                                &lse[static_cast<size_t>(h * T_kv + first)],
+                                static_cast<size_t>(n) * sizeof(float)),
+                    0)
+              << what << " head " << h;
+        }
+      }
+    }
+    // The reference computes each query alone, so the same holds for it.
+    std::vector<float> out(static_cast<size_t>(T_kv * H * D)), lse(static_cast<size_t>(H * T_kv));
+    attention_forward_reference(full.params, out.data(), lse.data());
+    const int64_t n = 37, first = T_kv - n;
+    AttentionParams p = full.params;
+    p.T = n;
+    p.T_kv = T_kv;
+    p.q = full.qkv.data() + first * full.ld;
+    std::vector<float> dec(static_cast<size_t>(n * H * D)), dec_lse(static_cast<size_t>(H * n));
+    attention_forward_reference(p, dec.data(), dec_lse.data());
+    EXPECT_EQ(std::memcmp(dec.data(), &out[static_cast<size_t>(first * H * D)],
+                          dec.size() * sizeof(float)),
+              0);
+    for (int64_t h = 0; h < H; ++h) {
+      EXPECT_EQ(std::memcmp(&dec_lse[static_cast<size_t>(h * n)],
+                            &lse[static_cast<size_t>(h * T_kv + first)],
+                            static_cast<size_t>(n) * sizeof(float)),
+                0);
+    }
+  }
 }
 
 TEST(Attention, SpeedrunShapeTiming) {

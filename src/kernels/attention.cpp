@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -12,10 +11,17 @@
 #include <string>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "kernels/attention_internal.hpp"
+#include "kernels/bf16.hpp"
+#include "kernels/exp_approx.hpp"
+#include "kernels/gemm/bf16_avx512.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "runtime/aligned_memory.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
+#include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
@@ -32,37 +38,8 @@ constexpr int64_t kBq = 64;
 constexpr int64_t kBk = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
-}
-
-int64_t tiles(int64_t T, int64_t b) {
-  return (T + b - 1) / b;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Elementwise work on score rows.
-
-// exp(x) to ~1 ulp (Cephes expf), written without calls or branches so loops over it
-// vectorize; libm's expf does not without -ffast-math. Returns exactly 0 below -87, which
-// covers the -inf of masked scores.
-inline float exp_vec(float x) {
-  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  // Round to nearest by the 1.5·2^23 trick: no floor/rint call that SSE2 cannot inline.
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - n * 0.693359375f;  // ln 2 split in two so r is exact to float precision
-  r = r - n * -2.12194440e-4f;
-  const float z = r * r;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * z + r + 1.0f;
-  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x < -87.0f ? 0.0f : y * two_n;
-}
 
 // A forward score tile, transposed: s[j·kBq + q] is the raw score of query q and key j, for
 // keys j < nk, and query q sees keys [lo[q], hi[q]) (all nk when `full`). Runs the online
@@ -87,14 +64,14 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void online
   for (int64_t q = 0; q < kBq; ++q) {
     m_new[q] = mx[q] > m[q] ? mx[q] : m[q];
     // Nothing visible yet leaves m at -inf, and -inf − -inf would be NaN.
-    alpha[q] = mx[q] == kNegInf ? 1.0f : exp_vec(m[q] - m_new[q]);  // 0 on the first visit
+    alpha[q] = mx[q] == kNegInf ? 1.0f : exp_approx(m[q] - m_new[q]);  // 0 on the first visit
     sum[q] = 0.0f;
   }
   for (int32_t j = 0; j < static_cast<int32_t>(nk); ++j) {
     float* row = s + j * kBq;
     for (int64_t q = 0; q < kBq; ++q) {
       const bool in = full || (j >= lo[q] && j < hi[q]);
-      const float e = in ? exp_vec(scale * row[q] - m_new[q]) : 0.0f;
+      const float e = in ? exp_approx(scale * row[q] - m_new[q]) : 0.0f;
       row[q] = e;
       sum[q] += e;
     }
@@ -118,33 +95,49 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void probs_
     float* dpi = dp + i * kBk;
     for (int32_t j = 0; j < static_cast<int32_t>(kBk); ++j) {
       const bool in = j >= a && j < b;
-      const float pij = in ? exp_vec(scale * si[j] - shift) : 0.0f;
+      const float pij = in ? exp_approx(scale * si[j] - shift) : 0.0f;
       si[j] = pij;
       dpi[j] = scale * pij * (dpi[j] - d);
     }
   }
 }
 
-// x rounded to the nearest bf16 as round_to_bf16 does (NaN stays NaN), without its branch; the
-// vector form in dot_double below is the same arithmetic.
-inline float round_to_bf16_branchless(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  const uint32_t quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
-  return std::bit_cast<float>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+// dst = src rounded to bf16 exactly as the packers round (kernels/bf16.hpp: nearest even,
+// denormals flushed to a zero of their sign), as fp32. In bf16, dP is computed from dO as the
+// packers round it, and Delta must be the same dO's product for each row of dS to sum to zero
+// as it should (it halves the error of dq and dk).
+// GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
+// -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) void round_row_to_bf16_avx512(const float* src, int64_t n,
+                                                                 float* dst) {
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t e = 0; e < n; e += 16) {
+    const __mmask16 m =
+        n - e >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - e)) - 1);
+    const __m512i hi = bf16_round_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + e)));
+    _mm512_mask_storeu_ps(dst + e, m, _mm512_castsi512_ps(_mm512_and_si512(hi, high_half)));
+  }
+}
+#pragma GCC diagnostic pop
+
+void round_row_to_bf16(const float* src, int64_t n, float* dst) {
+  if (cpu_info().avx512f) {
+    round_row_to_bf16_avx512(src, n, dst);
+    return;
+  }
+  for (int64_t e = 0; e < n; ++e) dst[e] = round_to_bf16(src[e]);
 }
 
 // Σ a·b in double, rounded once: Delta = dO·O is subtracted from every dP of its row, so its
-// error would land on every dS. With round_a, a is rounded to bf16 first: in bf16 dP is
-// computed from the rounded dO, and Delta must be the same dO's product for each row of dS to
-// sum to zero as it should (it halves the error of dq and dk). Fixed lanes keep the order (and
-// the result) independent of ISA choices the compiler makes, while still vectorizing.
+// error would land on every dS. Fixed lanes keep the order (and the result) independent of ISA
+// choices the compiler makes, while still vectorizing.
 using f32x8 = float __attribute__((vector_size(32)));
 using f64x8 = double __attribute__((vector_size(64)));
-using u32x8 = uint32_t __attribute__((vector_size(32)));
 
 __attribute__((target_clones("avx512f", "arch=haswell", "default"))) float dot_double(
-    const float* a, const float* b, int64_t n, bool round_a) {
+    const float* a, const float* b, int64_t n) {
   constexpr int64_t kLanes = 8;
   // Vector types spell out the lane-wise sum; GCC does not vectorize it from scalar loops.
   f64x8 lanes = {};
@@ -153,19 +146,9 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) float dot_d
     f32x8 x, y;
     std::memcpy(&x, a + e, sizeof x);
     std::memcpy(&y, b + e, sizeof y);
-    if (round_a) {
-      u32x8 u;
-      std::memcpy(&u, &x, sizeof u);
-      const u32x8 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-      const u32x8 quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
-      u = (u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
-      std::memcpy(&x, &u, sizeof x);
-    }
     lanes += __builtin_convertvector(x, f64x8) * __builtin_convertvector(y, f64x8);
   }
-  for (; e < n; ++e) {
-    lanes[0] += static_cast<double>(round_a ? round_to_bf16_branchless(a[e]) : a[e]) * b[e];
-  }
+  for (; e < n; ++e) lanes[0] += static_cast<double>(a[e]) * b[e];
   double sum = 0;
   for (int64_t c = 0; c < kLanes; ++c) sum += lanes[c];
   return static_cast<float>(sum);
@@ -181,20 +164,57 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void scale_
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tile geometry and masking.
+// Shapes, tile geometry and masking.
+
+// The parameters with their defaults resolved.
+struct Shape {
+  int64_t T, T_kv, H, H_kv, D, ld_q, ld_kv;
+  int64_t offset;     // position of query 0: T_kv − T
+  int64_t per_group;  // query heads per key/value head, H / H_kv
+  int64_t kv_head(int64_t h) const { return h / per_group; }
+};
+
+Shape shape_of(const AttentionParams& p) {
+  Shape s{};
+  s.T = p.T;
+  s.T_kv = p.T_kv == 0 ? p.T : p.T_kv;
+  s.H = p.H;
+  s.H_kv = p.H_kv == 0 ? p.H : p.H_kv;
+  s.D = p.D;
+  s.ld_q = p.ld_q == 0 ? p.ld : p.ld_q;
+  s.ld_kv = p.ld_kv == 0 ? p.ld : p.ld_kv;
+  s.offset = s.T_kv - s.T;
+  s.per_group = s.H_kv > 0 ? s.H / s.H_kv : 1;
+  return s;
+}
 
 void validate(const AttentionParams& p, const char* who) {
+  const Shape s = shape_of(p);
   auto fail = [&](const std::string& why) {
-    throw Error(std::string(who) + ": " + why + " (T=" + std::to_string(p.T) +
-                ", H=" + std::to_string(p.H) + ", D=" + std::to_string(p.D) + ", ld=" +
-                std::to_string(p.ld) + ", window_blocks=" + std::to_string(p.window_blocks) +
-                ", block_size=" + std::to_string(p.block_size) + ")");
+    throw InputError(std::string(who) + ": " + why + " (T=" + std::to_string(p.T) +
+                     ", T_kv=" + std::to_string(p.T_kv) + ", H=" + std::to_string(p.H) +
+                     ", H_kv=" + std::to_string(p.H_kv) + ", D=" + std::to_string(p.D) +
+                     ", ld=" + std::to_string(p.ld) + ", ld_q=" + std::to_string(p.ld_q) +
+                     ", ld_kv=" + std::to_string(p.ld_kv) +
+                     ", window_blocks=" + std::to_string(p.window_blocks) +
+                     ", block_size=" + std::to_string(p.block_size) + ")");
   };
   if (p.T < 0 || p.H < 1 || p.D < 1) fail("need T >= 0, H >= 1 and D >= 1");
-  if (p.ld < p.H * p.D) fail("ld must be at least H·D");
+  if (p.T_kv < 0 || (p.T_kv > 0 && p.T_kv < p.T)) {
+    fail(
+        "T_kv must be 0 (meaning T) or at least T: the queries are the last T of the T_kv "
+        "positions");
+  }
+  if (p.H_kv < 0 || s.H % s.H_kv != 0) {
+    fail(
+        "H_kv must be 0 (meaning H) or divide H: each key/value head serves H / H_kv query "
+        "heads");
+  }
+  if (s.ld_q < s.H * s.D) fail("ld_q (or ld when ld_q is 0) must be at least H·D");
+  if (s.ld_kv < s.H_kv * s.D) fail("ld_kv (or ld when ld_kv is 0) must be at least H_kv·D");
   if (p.window_blocks < 1 || p.block_size < 1) fail("window_blocks and block_size must be >= 1");
-  if (p.T > 0 && p.doc == nullptr) fail("doc is null");
-  for (int64_t t = 1; t < p.T; ++t) {
+  if (s.T_kv > 0 && p.doc == nullptr) fail("doc is null");
+  for (int64_t t = 1; t < s.T_kv; ++t) {
     if (p.doc[t] < p.doc[t - 1]) {
       fail("doc ids must be nondecreasing, but doc[" + std::to_string(t) +
            "] = " + std::to_string(p.doc[t]) + " < doc[" + std::to_string(t - 1) +
@@ -206,31 +226,44 @@ void validate(const AttentionParams& p, const char* who) {
 void validate_tensors(const AttentionParams& p, const char* who) {
   validate(p, who);
   if (p.T > 0 && (p.q == nullptr || p.k == nullptr || p.v == nullptr)) {
-    throw Error(std::string(who) + ": q, k and v must all be set");
+    throw InputError(std::string(who) + ": q, k and v must all be set");
   }
 }
 
-// Window in blocks, capped so (block + W)·block_size cannot overflow; beyond T/block_size + 1
-// every W means "no window".
-int64_t effective_window(const AttentionParams& p) {
-  return std::min(p.window_blocks, p.T / p.block_size + 2);
+// The backward's extra condition: it differentiates a training step, where every position is
+// a query.
+void validate_backward(const AttentionParams& p, const char* who) {
+  validate_tensors(p, who);
+  if (p.T_kv != 0 && p.T_kv != p.T) {
+    throw InputError(std::string(who) + ": the backward needs T_kv == T (or 0), got T=" +
+                     std::to_string(p.T) + ", T_kv=" + std::to_string(p.T_kv) +
+                     "; queries over a K/V cache (T_kv > T) are for decoding, forward only");
+  }
 }
 
-// The mask pair by pair, as the spec states it; the references use it.
+// Window in blocks, capped so (block + W)·block_size cannot overflow; beyond T_kv/block_size + 1
+// every W means "no window".
+int64_t effective_window(const AttentionParams& p) {
+  return std::min(p.window_blocks, shape_of(p).T_kv / p.block_size + 2);
+}
+
+// The mask pair by pair, as the spec states it, for the positions i of a query and j of a key;
+// the references use it.
 bool visible(const AttentionParams& p, int64_t i, int64_t j) {
   return j <= i && p.doc[i] == p.doc[j] &&
          i / p.block_size - j / p.block_size < effective_window(p);
 }
 
-// Docs are nondecreasing, so the keys query i sees are one contiguous range [first, i]: first is
-// the later of the start of its doc and the start of its window. The kernels mask by this.
+// Docs are nondecreasing, so the keys the query at position i sees are one contiguous range
+// [first, i]: first is the later of the start of its doc and the start of its window. The
+// kernels mask by this.
 int64_t first_visible(const AttentionParams& p, int64_t i) {
   const int64_t doc_start = std::lower_bound(p.doc, p.doc + i, p.doc[i]) - p.doc;
   const int64_t window_start = (i / p.block_size - effective_window(p) + 1) * p.block_size;
   return std::max(doc_start, window_start);
 }
 
-// A tile: queries [q0, q0+nq), keys [k0, k0+nk).
+// A tile: queries [q0, q0+nq) (by index; positions offset + q0 on), keys [k0, k0+nk).
 struct Tile {
   int64_t q0, nq, k0, nk;
 };
@@ -240,22 +273,24 @@ enum class TileMask { kSkip, kFull, kPartial };
 // Docs are nondecreasing, so the corner tokens decide: if the last key is in an earlier doc than
 // the first query, no key's doc matches any query's; if the first key and last query share a
 // doc, every token in between does too.
-TileMask classify(const AttentionParams& p, const Tile& t) {
-  const int64_t q1 = t.q0 + t.nq - 1, k1 = t.k0 + t.nk - 1;
+TileMask classify(const AttentionParams& p, int64_t offset, const Tile& t) {
+  const int64_t p0 = offset + t.q0, p1 = p0 + t.nq - 1, k1 = t.k0 + t.nk - 1;
   const int64_t bs = p.block_size, w = effective_window(p);
-  if (t.k0 > q1 || p.doc[k1] < p.doc[t.q0] || t.q0 / bs - k1 / bs >= w) return TileMask::kSkip;
-  if (k1 <= t.q0 && p.doc[t.k0] == p.doc[q1] && q1 / bs - t.k0 / bs < w) return TileMask::kFull;
+  if (t.k0 > p1 || p.doc[k1] < p.doc[p0] || p0 / bs - k1 / bs >= w) return TileMask::kSkip;
+  if (k1 <= p0 && p.doc[t.k0] == p.doc[p1] && p1 / bs - t.k0 / bs < w) return TileMask::kFull;
   return TileMask::kPartial;
 }
 
 // Key tiles a query tile may see: from the one holding the earliest key visible to its first
-// query (start of that query's doc or window) to its diagonal tile.
-std::pair<int64_t, int64_t> key_tile_range(const AttentionParams& p, int64_t q0, int64_t nq) {
-  return {first_visible(p, q0) / kBk, (q0 + nq - 1) / kBk};
+// query (start of that query's doc or window) to the one holding its last query's position.
+std::pair<int64_t, int64_t> key_tile_range(const AttentionParams& p, int64_t offset, int64_t q0,
+                                           int64_t nq) {
+  return {first_visible(p, offset + q0) / kBk, (offset + q0 + nq - 1) / kBk};
 }
 
-// Query tiles that may see a key tile: from its diagonal to the one holding the last query that
-// sees its last key (end of that key's doc or window).
+// Query tiles that may see a key tile (queries at their positions, T_kv == T): from its
+// diagonal to the one holding the last query that sees its last key (end of that key's doc or
+// window).
 std::pair<int64_t, int64_t> query_tile_range(const AttentionParams& p, int64_t k0, int64_t nk) {
   const int64_t k1 = k0 + nk - 1;
   const int64_t doc_end = std::upper_bound(p.doc, p.doc + p.T, p.doc[k1]) - p.doc;
@@ -265,16 +300,16 @@ std::pair<int64_t, int64_t> query_tile_range(const AttentionParams& p, int64_t k
 }
 
 // The keys each query of a tile sees, as ranges [lo, hi) of tile columns; queries past the
-// tile's own see none.
-void visible_ranges(const Tile& t, TileMask mask, const int64_t* first_visible_of, int32_t* lo,
-                    int32_t* hi) {
+// tile's own see none. first_visible_of is indexed by query, not position.
+void visible_ranges(int64_t offset, const Tile& t, TileMask mask, const int64_t* first_visible_of,
+                    int32_t* lo, int32_t* hi) {
   for (int64_t i = 0; i < kBq; ++i) {
     int64_t a = 0, b = 0;
     if (i < t.nq && mask == TileMask::kFull) {
       b = t.nk;
     } else if (i < t.nq) {
       a = std::clamp<int64_t>(first_visible_of[t.q0 + i] - t.k0, 0, t.nk);
-      b = std::clamp<int64_t>(t.q0 + i + 1 - t.k0, a, t.nk);
+      b = std::clamp<int64_t>(offset + t.q0 + i + 1 - t.k0, a, t.nk);
     }
     lo[i] = static_cast<int32_t>(a);
     hi[i] = static_cast<int32_t>(b);
@@ -282,24 +317,24 @@ void visible_ranges(const Tile& t, TileMask mask, const int64_t* first_visible_o
 }
 
 // first_visible of every query, once per call rather than once per row and tile visited.
-std::vector<int64_t> first_visible_all(const AttentionParams& p) {
-  std::vector<int64_t> fv(static_cast<size_t>(p.T));
-  for (int64_t i = 0; i < p.T; ++i) fv[static_cast<size_t>(i)] = first_visible(p, i);
+std::vector<int64_t> first_visible_all(const AttentionParams& p, const Shape& s) {
+  std::vector<int64_t> fv(static_cast<size_t>(s.T));
+  for (int64_t i = 0; i < s.T; ++i) fv[static_cast<size_t>(i)] = first_visible(p, s.offset + i);
   return fv;
 }
 
 // Visited tiles of each query tile (a forward or dQ task's cost) and of each key tile (a dK/dV
 // task's cost), the same for every head.
-void visited_counts(const AttentionParams& p, int64_t nt, std::vector<int64_t>& per_query_tile,
+void visited_counts(const AttentionParams& p, const Shape& s, std::vector<int64_t>& per_query_tile,
                     std::vector<int64_t>& per_key_tile) {
-  per_query_tile.assign(static_cast<size_t>(nt), 0);
-  per_key_tile.assign(static_cast<size_t>(nt), 0);
-  for (int64_t qt = 0; qt < nt; ++qt) {
-    const int64_t q0 = qt * kBq, nq = std::min(kBq, p.T - q0);
-    const auto [kt_lo, kt_hi] = key_tile_range(p, q0, nq);
+  per_query_tile.assign(static_cast<size_t>(ceil_div(s.T, kBq)), 0);
+  per_key_tile.assign(static_cast<size_t>(ceil_div(s.T_kv, kBk)), 0);
+  for (int64_t qt = 0; qt < ceil_div(s.T, kBq); ++qt) {
+    const int64_t q0 = qt * kBq, nq = std::min(kBq, s.T - q0);
+    const auto [kt_lo, kt_hi] = key_tile_range(p, s.offset, q0, nq);
     for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
-      const Tile t{q0, nq, kt * kBk, std::min(kBk, p.T - kt * kBk)};
-      if (classify(p, t) == TileMask::kSkip) continue;
+      const Tile t{q0, nq, kt * kBk, std::min(kBk, s.T_kv - kt * kBk)};
+      if (classify(p, s.offset, t) == TileMask::kSkip) continue;
       ++per_query_tile[static_cast<size_t>(qt)];
       ++per_key_tile[static_cast<size_t>(kt)];
     }
@@ -463,41 +498,47 @@ struct Packed {
   std::byte* at(int64_t h, int64_t t) const { return base + ((h - h0) * nt + t) * block_bytes; }
 };
 
-// Tasks head by head, and within a head in decreasing cost, so the tasks left for the end of
-// the loop are short, and the two threads work on the same head's operands. The order changes
-// no result: each task computes its outputs alone.
+// Tasks by key/value head, and within one in decreasing cost, so the tasks left for the end of
+// the loop are short, and the threads work on the same packed operands. The order changes no
+// result: each task computes its outputs alone.
 struct Task {
-  int64_t cost, tile, h;
-  int kind;  // backward: 0 owns a key tile (dK, dV), 1 a query tile (dQ)
+  int64_t cost, tile;
+  int64_t h;   // the query head (a key-tile task: the key/value head)
+  int64_t kv;  // the key/value head whose operands it reads
+  int kind;    // backward: 0 owns a key tile (dK, dV), 1 a query tile (dQ)
 };
 
 void sort_tasks(std::vector<Task>& tasks) {
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) {
-    return a.h != b.h ? a.h < b.h : a.cost > b.cost;
+    return a.kv != b.kv ? a.kv < b.kv : a.cost > b.cost;
   });
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Forward: pack every head's K (as the left side of K·Qᵀ) and V (the right side of P·V) once,
-// then one task per (head, query tile). Scores are computed transposed, keys by queries, so
-// the softmax runs with queries along the vector lanes and P is read by the packer with its
-// queries contiguous (the packers' fast direction). The task's output rows live in `o` while
-// the key tiles stream past, rescaled whenever a row's running max grows. In bf16 the packers
-// round q, k, v and P as they copy; the scores, the softmax statistics and o stay fp32.
+// Forward: pack every K/V head's K (as the left side of K·Qᵀ) and V (the right side of P·V)
+// once, then one task per (query head, query tile), reading its group's K/V head. Scores are
+// computed transposed, keys by queries, so the softmax runs with queries along the vector
+// lanes and P is read by the packer with its queries contiguous (the packers' fast direction).
+// The task's output rows live in `o` while the key tiles stream past, rescaled whenever a
+// row's running max grows. In bf16 the packers round q, k, v and P as they copy; the scores,
+// the softmax statistics and o stay fp32. Key tiles a query does not see contribute exact
+// zeros, so a query's bits depend only on the key tiles, not on which other queries share its
+// tile: decoding over a cache gives the rows a full forward gives.
 
 void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p, float* out,
                             float* lse) {
   validate_tensors(p, "attention_forward");
-  if (p.T == 0) return;
-  static_assert(kBq == kBk, "one tile count serves queries and keys");
-  const int64_t T = p.T, H = p.H, D = p.D, hd = H * D, nt = tiles(T, kBk);
+  const Shape sh = shape_of(p);
+  if (sh.T == 0) return;
+  const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nqt = ceil_div(T, kBq);
+  const int64_t nkt = ceil_div(sh.T_kv, kBk);
   const TileGemm g(kernel, p.precision, D);
   const int64_t dn = g.dn(), rows = g.rows();
-  const std::vector<int64_t> fv = first_visible_all(p);
+  const std::vector<int64_t> fv = first_visible_all(p, sh);
   std::vector<int64_t> per_qt, per_kt;
-  visited_counts(p, nt, per_qt, per_kt);
+  visited_counts(p, sh, per_qt, per_kt);
 
   ThreadPool& pool = ThreadPool::current();
   struct Scratch {
@@ -506,32 +547,32 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
     int32_t lo[kBq], hi[kBq];
   };
   std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
-  const int64_t head_bytes = nt * (g.bytes(Block::kRowsByD) + g.bytes(Block::kDByTile));
-  const int64_t group = heads_per_group(head_bytes, H);
-  std::byte* workspace = packing_workspace(group * head_bytes);
-  for (int64_t h0 = 0; h0 < H; h0 += group) {
-    const int64_t heads = std::min(group, H - h0);
+  const int64_t kv_head_bytes = nkt * (g.bytes(Block::kRowsByD) + g.bytes(Block::kDByTile));
+  const int64_t group = heads_per_group(kv_head_bytes, sh.H_kv);
+  std::byte* workspace = packing_workspace(group * kv_head_bytes);
+  for (int64_t g0 = 0; g0 < sh.H_kv; g0 += group) {
+    const int64_t kv_heads = std::min(group, sh.H_kv - g0);
     int64_t offset = 0;
-    const Packed k_pack(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
-    const Packed v_pack(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
-    pool.parallel_for(static_cast<size_t>(heads * nt), [&](size_t task, int) {
-      const int64_t h = h0 + static_cast<int64_t>(task) / nt;
-      const int64_t kt = static_cast<int64_t>(task) % nt;
-      const int64_t k0 = kt * kBk, nk = std::min(kBk, T - k0);
-      g.pack_a(p.k + k0 * p.ld + h * D, p.ld, Trans::kNo, nk, D, Block::kRowsByD, k_pack.at(h, kt));
-      g.pack_b(p.v + k0 * p.ld + h * D, p.ld, Trans::kYes, D, nk, Block::kDByTile,
-               v_pack.at(h, kt));
+    const Packed k_pack(g, Block::kRowsByD, nkt, g0, kv_heads, workspace, &offset);
+    const Packed v_pack(g, Block::kDByTile, nkt, g0, kv_heads, workspace, &offset);
+    pool.parallel_for(static_cast<size_t>(kv_heads * nkt), [&](size_t task, int) {
+      const int64_t kv = g0 + static_cast<int64_t>(task) / nkt;
+      const int64_t kt = static_cast<int64_t>(task) % nkt;
+      const int64_t k0 = kt * kBk, nk = std::min(kBk, sh.T_kv - k0);
+      const int64_t at = k0 * sh.ld_kv + kv * D;
+      g.pack_a(p.k + at, sh.ld_kv, Trans::kNo, nk, D, Block::kRowsByD, k_pack.at(kv, kt));
+      g.pack_b(p.v + at, sh.ld_kv, Trans::kYes, D, nk, Block::kDByTile, v_pack.at(kv, kt));
     });
 
     std::vector<Task> tasks;
-    for (int64_t h = h0; h < h0 + heads; ++h) {
-      for (int64_t qt = nt - 1; qt >= 0; --qt) {
-        tasks.push_back({per_qt[static_cast<size_t>(qt)], qt, h, 0});
+    for (int64_t h = g0 * sh.per_group; h < (g0 + kv_heads) * sh.per_group; ++h) {
+      for (int64_t qt = nqt - 1; qt >= 0; --qt) {
+        tasks.push_back({per_qt[static_cast<size_t>(qt)], qt, h, sh.kv_head(h), 0});
       }
     }
     sort_tasks(tasks);
     pool.parallel_for(tasks.size(), [&](size_t index, int worker) {
-      const int64_t h = tasks[index].h, q0 = tasks[index].tile * kBq;
+      const int64_t h = tasks[index].h, kv = tasks[index].kv, q0 = tasks[index].tile * kBq;
       const int64_t nq = std::min(kBq, T - q0);
       Scratch& w = scratch[static_cast<size_t>(worker)];
       w.q.reserve(static_cast<size_t>(g.bytes(Block::kTileByD)));
@@ -544,20 +585,20 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
       std::fill(w.m, w.m + kBq, kNegInf);
       std::fill(w.l, w.l + kBq, 0.0f);
       const TaskScope scope(g);
-      g.pack_b(p.q + q0 * p.ld + h * D, p.ld, Trans::kNo, nq, D, Block::kTileByD, w.q.data());
-      const auto [kt_lo, kt_hi] = key_tile_range(p, q0, nq);
+      g.pack_b(p.q + q0 * sh.ld_q + h * D, sh.ld_q, Trans::kNo, nq, D, Block::kTileByD, w.q.data());
+      const auto [kt_lo, kt_hi] = key_tile_range(p, sh.offset, q0, nq);
       for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
-        const Tile t{q0, nq, kt * kBk, std::min(kBk, T - kt * kBk)};
-        const TileMask mask = classify(p, t);
+        const Tile t{q0, nq, kt * kBk, std::min(kBk, sh.T_kv - kt * kBk)};
+        const TileMask mask = classify(p, sh.offset, t);
         if (mask == TileMask::kSkip) continue;
-        g.product(t.nk, nq, g.dk(), k_pack.at(h, kt), Block::kRowsByD, w.q.data(), Block::kTileByD,
+        g.product(t.nk, nq, g.dk(), k_pack.at(kv, kt), Block::kRowsByD, w.q.data(), Block::kTileByD,
                   s, kBq, false);
-        visible_ranges(t, mask, fv.data(), w.lo, w.hi);
+        visible_ranges(sh.offset, t, mask, fv.data(), w.lo, w.hi);
         online_softmax_tile(s, t.nk, w.lo, w.hi, mask == TileMask::kFull, p.scale, w.m, w.l,
                             w.alpha);
         scale_rows(o, nq, dn, w.alpha);
         g.pack_a(s, kBq, Trans::kYes, nq, t.nk, Block::kRowsByTile, w.p.data());
-        g.product(nq, D, g.k_steps(t.nk), w.p.data(), Block::kRowsByTile, v_pack.at(h, kt),
+        g.product(nq, D, g.k_steps(t.nk), w.p.data(), Block::kRowsByTile, v_pack.at(kv, kt),
                   Block::kDByTile, o, dn, true);
       }
       for (int64_t i = 0; i < nq; ++i) {
@@ -572,12 +613,14 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
 
 // ---------------------------------------------------------------------------------------------
 // Backward. With P = softmax rows, dP = dO·Vᵀ and Delta_i = dO_i·O_i = Σ_j P_ij dP_ij:
-//   dS = scale·P∘(dP − Delta),  dV = Pᵀ·dO,  dK = dSᵀ·Q,  dQ = dS·K.
-// Each head's operands are packed once per call, each in the roles it plays (Q, dO as the left
-// side of the score products and as the right side of dK, dV; K as the right side of Q·Kᵀ and
-// of dQ; V of dO·Vᵀ). Then two kinds of task share one parallel loop: one owns a key tile (dK,
-// dV) and walks the query tiles that see it; one owns a query tile (dQ) and walks its key tiles.
-// Both recompute P and dS, which costs FLOPs but needs no T×T storage and no atomics, and each
+//   dS = scale·P∘(dP − Delta),  dV = Pᵀ·dO,  dK = dSᵀ·Q,  dQ = dS·K,
+// dK and dV of a K/V head summed over the query heads of its group. Each head's operands are
+// packed once per call, each in the roles it plays (Q, dO as the left side of the score
+// products and as the right side of dK, dV; K as the right side of Q·Kᵀ and of dQ; V of
+// dO·Vᵀ), K and V once per K/V head. Then two kinds of task share one parallel loop: one owns a
+// key tile of a K/V head (dK, dV) and walks, query head by query head of its group, the query
+// tiles that see it; one owns a query tile of a query head (dQ) and walks its key tiles. Both
+// recompute P and dS, which costs FLOPs but needs no T×T storage and no atomics, and each
 // output is summed in one fixed order. Scores are queries by keys here: the key-tile task reads
 // Pᵀ and dSᵀ in the packers' fast direction, the query-tile task reads dS in the other (for
 // fp32 kernels a strided copy; computing its scores transposed instead would take four more
@@ -585,14 +628,16 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
 
 void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv) {
-  validate_tensors(p, "attention_backward");
-  if (p.T == 0) return;
-  const int64_t T = p.T, H = p.H, D = p.D, hd = H * D, nt = tiles(T, kBk);
+  validate_backward(p, "attention_backward");
+  const Shape sh = shape_of(p);
+  if (sh.T == 0) return;
+  const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nt = ceil_div(T, kBk);
+  const int64_t per_group = sh.per_group;
   const TileGemm g(kernel, p.precision, D);
   const int64_t dn = g.dn(), rows = g.rows();
-  const std::vector<int64_t> fv = first_visible_all(p);
+  const std::vector<int64_t> fv = first_visible_all(p, sh);
   std::vector<int64_t> per_qt, per_kt;
-  visited_counts(p, nt, per_qt, per_kt);
+  visited_counts(p, sh, per_qt, per_kt);
 
   std::vector<float> delta(static_cast<size_t>(H * T));
   const bool bf16_operands = p.precision == Precision::kBf16;
@@ -601,53 +646,72 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
     AlignedBuffer a, s, dp, acc0, acc1;
   };
   std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
-  const int64_t head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kTileByD) +
-                                   3 * g.bytes(Block::kDByTile));
-  const int64_t group = heads_per_group(head_bytes, H);
-  std::byte* workspace = packing_workspace(group * head_bytes);
-  for (int64_t h0 = 0; h0 < H; h0 += group) {
-    const int64_t heads = std::min(group, H - h0);
+  // Per worker: a row of dO rounded to bf16, for Delta.
+  std::vector<std::vector<float>> rounded_dout(static_cast<size_t>(pool.size()),
+                                               std::vector<float>(static_cast<size_t>(D)));
+  const int64_t q_head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kDByTile));
+  const int64_t kv_head_bytes =
+      per_group * q_head_bytes + nt * (2 * g.bytes(Block::kTileByD) + g.bytes(Block::kDByTile));
+  const int64_t group = heads_per_group(kv_head_bytes, sh.H_kv);
+  std::byte* workspace = packing_workspace(group * kv_head_bytes);
+  for (int64_t g0 = 0; g0 < sh.H_kv; g0 += group) {
+    const int64_t kv_heads = std::min(group, sh.H_kv - g0);
+    const int64_t h0 = g0 * per_group, heads = kv_heads * per_group;
     int64_t offset = 0;
     const Packed q_a(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
     const Packed dout_a(g, Block::kRowsByD, nt, h0, heads, workspace, &offset);
-    const Packed k_b(g, Block::kTileByD, nt, h0, heads, workspace, &offset);
-    const Packed v_b(g, Block::kTileByD, nt, h0, heads, workspace, &offset);
     const Packed q_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
     const Packed dout_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
-    const Packed kt_b(g, Block::kDByTile, nt, h0, heads, workspace, &offset);
-    pool.parallel_for(static_cast<size_t>(heads * nt), [&](size_t task, int) {
+    const Packed k_b(g, Block::kTileByD, nt, g0, kv_heads, workspace, &offset);
+    const Packed v_b(g, Block::kTileByD, nt, g0, kv_heads, workspace, &offset);
+    const Packed kt_b(g, Block::kDByTile, nt, g0, kv_heads, workspace, &offset);
+    // One task per (query head, tile); the first query head of a group packs its K/V head too.
+    pool.parallel_for(static_cast<size_t>(heads * nt), [&](size_t task, int worker) {
       const int64_t h = h0 + static_cast<int64_t>(task) / nt;
       const int64_t t = static_cast<int64_t>(task) % nt;
       const int64_t t0 = t * kBk, n = std::min(kBk, T - t0);
-      const float* q = p.q + t0 * p.ld + h * D;
-      const float* k = p.k + t0 * p.ld + h * D;
-      const float* v = p.v + t0 * p.ld + h * D;
+      const float* q = p.q + t0 * sh.ld_q + h * D;
       const float* g_out = dout + t0 * hd + h * D;
-      g.pack_a(q, p.ld, Trans::kNo, n, D, Block::kRowsByD, q_a.at(h, t));
+      g.pack_a(q, sh.ld_q, Trans::kNo, n, D, Block::kRowsByD, q_a.at(h, t));
       g.pack_a(g_out, hd, Trans::kNo, n, D, Block::kRowsByD, dout_a.at(h, t));
-      g.pack_b(k, p.ld, Trans::kNo, n, D, Block::kTileByD, k_b.at(h, t));
-      g.pack_b(v, p.ld, Trans::kNo, n, D, Block::kTileByD, v_b.at(h, t));
-      g.pack_b(q, p.ld, Trans::kYes, D, n, Block::kDByTile, q_b.at(h, t));
+      g.pack_b(q, sh.ld_q, Trans::kYes, D, n, Block::kDByTile, q_b.at(h, t));
       g.pack_b(g_out, hd, Trans::kYes, D, n, Block::kDByTile, dout_b.at(h, t));
-      g.pack_b(k, p.ld, Trans::kYes, D, n, Block::kDByTile, kt_b.at(h, t));
+      if (h % per_group == 0) {
+        const int64_t kv = sh.kv_head(h);
+        const float* k = p.k + t0 * sh.ld_kv + kv * D;
+        const float* v = p.v + t0 * sh.ld_kv + kv * D;
+        g.pack_b(k, sh.ld_kv, Trans::kNo, n, D, Block::kTileByD, k_b.at(kv, t));
+        g.pack_b(v, sh.ld_kv, Trans::kNo, n, D, Block::kTileByD, v_b.at(kv, t));
+        g.pack_b(k, sh.ld_kv, Trans::kYes, D, n, Block::kDByTile, kt_b.at(kv, t));
+      }
+      float* rounded = rounded_dout[static_cast<size_t>(worker)].data();
       for (int64_t i = t0; i < t0 + n; ++i) {
-        delta[static_cast<size_t>(h * T + i)] =
-            dot_double(dout + i * hd + h * D, out + i * hd + h * D, D, bf16_operands);
+        const float* dout_row = dout + i * hd + h * D;
+        if (bf16_operands) {
+          round_row_to_bf16(dout_row, D, rounded);
+          dout_row = rounded;
+        }
+        delta[static_cast<size_t>(h * T + i)] = dot_double(dout_row, out + i * hd + h * D, D);
       }
     });
 
-    // A key-tile task runs four products per visited tile, a query-tile task three.
+    // A key-tile task runs four products per visited tile and query head of its group, a
+    // query-tile task three per visited tile.
     std::vector<Task> tasks;
-    for (int64_t h = h0; h < h0 + heads; ++h) {
+    for (int64_t kv = g0; kv < g0 + kv_heads; ++kv) {
       for (int64_t t = 0; t < nt; ++t) {
-        tasks.push_back({4 * per_kt[static_cast<size_t>(t)], t, h, 0});
-        tasks.push_back({3 * per_qt[static_cast<size_t>(nt - 1 - t)], nt - 1 - t, h, 1});
+        tasks.push_back({4 * per_group * per_kt[static_cast<size_t>(t)], t, kv, kv, 0});
+      }
+      for (int64_t h = kv * per_group; h < (kv + 1) * per_group; ++h) {
+        for (int64_t t = nt - 1; t >= 0; --t) {
+          tasks.push_back({3 * per_qt[static_cast<size_t>(t)], t, h, kv, 1});
+        }
       }
     }
     sort_tasks(tasks);
     pool.parallel_for(tasks.size(), [&](size_t index, int worker) {
       const Task& task = tasks[index];
-      const int64_t h = task.h;
+      const int64_t kv = task.kv;
       Scratch& w = scratch[static_cast<size_t>(worker)];
       w.a.reserve(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
       w.s.reserve(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
@@ -659,56 +723,57 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       std::fill(acc0, acc0 + rows * dn, 0.0f);
       std::fill(acc1, acc1 + rows * dn, 0.0f);
       const TaskScope scope(g);
-      // P into s and dS into dp for one tile.
+      // P into s and dS into dp for one tile of query head h.
       int32_t lo[kBq], hi[kBq];
-      auto probs_and_grads = [&](const Tile& t, TileMask mask, int64_t qt, int64_t kt) {
-        g.product(t.nq, t.nk, g.dk(), q_a.at(h, qt), Block::kRowsByD, k_b.at(h, kt),
+      auto probs_and_grads = [&](int64_t h, const Tile& t, TileMask mask, int64_t qt, int64_t kt) {
+        g.product(t.nq, t.nk, g.dk(), q_a.at(h, qt), Block::kRowsByD, k_b.at(kv, kt),
                   Block::kTileByD, s, kBk, false);
-        g.product(t.nq, t.nk, g.dk(), dout_a.at(h, qt), Block::kRowsByD, v_b.at(h, kt),
+        g.product(t.nq, t.nk, g.dk(), dout_a.at(h, qt), Block::kRowsByD, v_b.at(kv, kt),
                   Block::kTileByD, dp, kBk, false);
-        visible_ranges(t, mask, fv.data(), lo, hi);
+        visible_ranges(0, t, mask, fv.data(), lo, hi);
         probs_and_grads_tile(s, dp, t.nq, lo, hi, p.scale, lse + h * T + t.q0,
                              delta.data() + h * T + t.q0);
       };
-      auto store = [&](const float* acc, int64_t t0, int64_t n, float* dst) {
+      auto store = [&](const float* acc, int64_t t0, int64_t n, float* dst, int64_t ld) {
         for (int64_t i = 0; i < n; ++i) {
-          std::memcpy(dst + (t0 + i) * p.ld + h * D, acc + i * dn,
-                      static_cast<size_t>(D) * sizeof(float));
+          std::memcpy(dst + (t0 + i) * ld, acc + i * dn, static_cast<size_t>(D) * sizeof(float));
         }
       };
       if (task.kind == 0) {
         // dV (acc0) and dK (acc1): Pᵀ and dSᵀ are read from the tile transposed by the packer.
         const int64_t kt = task.tile, k0 = kt * kBk, nk = std::min(kBk, T - k0);
         const auto [qt_lo, qt_hi] = query_tile_range(p, k0, nk);
-        for (int64_t qt = qt_lo; qt <= qt_hi; ++qt) {
-          const Tile t{qt * kBq, std::min(kBq, T - qt * kBq), k0, nk};
-          const TileMask mask = classify(p, t);
-          if (mask == TileMask::kSkip) continue;
-          probs_and_grads(t, mask, qt, kt);
-          const int64_t kc = g.k_steps(t.nq);
-          g.pack_a(s, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
-          g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, dout_b.at(h, qt), Block::kDByTile,
-                    acc0, dn, true);
-          g.pack_a(dp, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
-          g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, q_b.at(h, qt), Block::kDByTile, acc1,
-                    dn, true);
+        for (int64_t h = kv * per_group; h < (kv + 1) * per_group; ++h) {
+          for (int64_t qt = qt_lo; qt <= qt_hi; ++qt) {
+            const Tile t{qt * kBq, std::min(kBq, T - qt * kBq), k0, nk};
+            const TileMask mask = classify(p, 0, t);
+            if (mask == TileMask::kSkip) continue;
+            probs_and_grads(h, t, mask, qt, kt);
+            const int64_t kc = g.k_steps(t.nq);
+            g.pack_a(s, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
+            g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, dout_b.at(h, qt), Block::kDByTile,
+                      acc0, dn, true);
+            g.pack_a(dp, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
+            g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, q_b.at(h, qt), Block::kDByTile,
+                      acc1, dn, true);
+          }
         }
-        store(acc0, k0, nk, dv);
-        store(acc1, k0, nk, dk);
+        store(acc0, k0, nk, dv + kv * D, sh.ld_kv);
+        store(acc1, k0, nk, dk + kv * D, sh.ld_kv);
       } else {
         // dQ (acc0).
-        const int64_t qt = task.tile, q0 = qt * kBq, nq = std::min(kBq, T - q0);
-        const auto [kt_lo, kt_hi] = key_tile_range(p, q0, nq);
+        const int64_t h = task.h, qt = task.tile, q0 = qt * kBq, nq = std::min(kBq, T - q0);
+        const auto [kt_lo, kt_hi] = key_tile_range(p, 0, q0, nq);
         for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
           const Tile t{q0, nq, kt * kBk, std::min(kBk, T - kt * kBk)};
-          const TileMask mask = classify(p, t);
+          const TileMask mask = classify(p, 0, t);
           if (mask == TileMask::kSkip) continue;
-          probs_and_grads(t, mask, qt, kt);
+          probs_and_grads(h, t, mask, qt, kt);
           g.pack_a(dp, kBk, Trans::kNo, nq, t.nk, Block::kRowsByTile, w.a.data());
-          g.product(nq, D, g.k_steps(t.nk), w.a.data(), Block::kRowsByTile, kt_b.at(h, kt),
+          g.product(nq, D, g.k_steps(t.nk), w.a.data(), Block::kRowsByTile, kt_b.at(kv, kt),
                     Block::kDByTile, acc0, dn, true);
         }
-        store(acc0, q0, nq, dq);
+        store(acc0, q0, nq, dq + h * D, sh.ld_q);
       }
     });
   }
@@ -737,18 +802,14 @@ void attention_backward(const AttentionParams& p, const float* out, const float*
 
 double attention_visited_fraction(const AttentionParams& p) {
   validate(p, "attention_visited_fraction");
-  if (p.T == 0) return 0.0;
-  const int64_t nqt = tiles(p.T, kBq), nkt = tiles(p.T, kBk);
+  const Shape sh = shape_of(p);
+  if (sh.T == 0) return 0.0;
+  std::vector<int64_t> per_qt, per_kt;
+  visited_counts(p, sh, per_qt, per_kt);
   int64_t visited = 0;
-  for (int64_t qt = 0; qt < nqt; ++qt) {
-    const int64_t q0 = qt * kBq, nq = std::min(kBq, p.T - q0);
-    const auto [kt_lo, kt_hi] = key_tile_range(p, q0, nq);
-    for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
-      const Tile t{q0, nq, kt * kBk, std::min(kBk, p.T - kt * kBk)};
-      if (classify(p, t) != TileMask::kSkip) ++visited;
-    }
-  }
-  return static_cast<double>(visited) / static_cast<double>(nqt * nkt);
+  for (int64_t n : per_qt) visited += n;
+  return static_cast<double>(visited) /
+         static_cast<double>(ceil_div(sh.T, kBq) * ceil_div(sh.T_kv, kBk));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -756,26 +817,30 @@ double attention_visited_fraction(const AttentionParams& p) {
 
 namespace {
 
-// Scaled scores of query i against every key, in double; hidden keys get -inf.
-void reference_scores(const AttentionParams& p, int64_t h, int64_t i, std::vector<double>& s) {
-  s.assign(static_cast<size_t>(p.T), -std::numeric_limits<double>::infinity());
-  const float* qi = p.q + i * p.ld + h * p.D;
-  for (int64_t j = 0; j <= i; ++j) {
-    if (!visible(p, i, j)) continue;
-    const float* kj = p.k + j * p.ld + h * p.D;
+// Scaled scores of query i (at position offset + i) of head h against every key position, in
+// double; hidden keys get -inf.
+void reference_scores(const AttentionParams& p, const Shape& sh, int64_t h, int64_t i,
+                      std::vector<double>& s) {
+  s.assign(static_cast<size_t>(sh.T_kv), -std::numeric_limits<double>::infinity());
+  const int64_t pos = sh.offset + i;
+  const float* qi = p.q + i * sh.ld_q + h * p.D;
+  for (int64_t j = 0; j <= pos; ++j) {
+    if (!visible(p, pos, j)) continue;
+    const float* kj = p.k + j * sh.ld_kv + sh.kv_head(h) * p.D;
     double dot = 0;
     for (int64_t e = 0; e < p.D; ++e) dot += static_cast<double>(qi[e]) * kj[e];
     s[static_cast<size_t>(j)] = static_cast<double>(p.scale) * dot;
   }
 }
 
-// Turns the scores of query i into probabilities in place; returns the log-sum-exp.
-double reference_softmax(int64_t i, std::vector<double>& s) {
+// Turns the scores of the query at position pos into probabilities in place; returns the
+// log-sum-exp.
+double reference_softmax(int64_t pos, std::vector<double>& s) {
   double m = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j <= i; ++j) m = std::max(m, s[static_cast<size_t>(j)]);
+  for (int64_t j = 0; j <= pos; ++j) m = std::max(m, s[static_cast<size_t>(j)]);
   double sum = 0;
-  for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[static_cast<size_t>(j)] - m);
-  for (int64_t j = 0; j <= i; ++j) {
+  for (int64_t j = 0; j <= pos; ++j) sum += std::exp(s[static_cast<size_t>(j)] - m);
+  for (int64_t j = 0; j <= pos; ++j) {
     s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m) / sum;
   }
   return m + std::log(sum);
@@ -785,17 +850,20 @@ double reference_softmax(int64_t i, std::vector<double>& s) {
 
 void attention_forward_reference(const AttentionParams& p, float* out, float* lse) {
   validate_tensors(p, "attention_forward_reference");
+  const Shape sh = shape_of(p);
   const int64_t hd = p.H * p.D;
   std::vector<double> s, o(static_cast<size_t>(p.D));
   for (int64_t h = 0; h < p.H; ++h) {
+    const int64_t kv = sh.kv_head(h);
     for (int64_t i = 0; i < p.T; ++i) {
-      reference_scores(p, h, i, s);
-      lse[h * p.T + i] = static_cast<float>(reference_softmax(i, s));
+      const int64_t pos = sh.offset + i;
+      reference_scores(p, sh, h, i, s);
+      lse[h * p.T + i] = static_cast<float>(reference_softmax(pos, s));
       std::fill(o.begin(), o.end(), 0.0);
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = 0; j <= pos; ++j) {
         const double pij = s[static_cast<size_t>(j)];
         if (pij == 0) continue;
-        const float* vj = p.v + j * p.ld + h * p.D;
+        const float* vj = p.v + j * sh.ld_kv + kv * p.D;
         for (int64_t e = 0; e < p.D; ++e) o[static_cast<size_t>(e)] += pij * vj[e];
       }
       for (int64_t e = 0; e < p.D; ++e) {
@@ -807,50 +875,57 @@ void attention_forward_reference(const AttentionParams& p, float* out, float* ls
 
 void attention_backward_reference(const AttentionParams& p, const float* dout, float* dq, float* dk,
                                   float* dv) {
-  validate_tensors(p, "attention_backward_reference");
+  validate_backward(p, "attention_backward_reference");
+  const Shape sh = shape_of(p);
   const int64_t T = p.T, D = p.D, hd = p.H * p.D;
   const double scale = p.scale;
   std::vector<double> s, dp(static_cast<size_t>(T));
   std::vector<double> gq(static_cast<size_t>(T * D)), gk(gq.size()), gv(gq.size());
-  for (int64_t h = 0; h < p.H; ++h) {
-    std::fill(gq.begin(), gq.end(), 0.0);
+  for (int64_t kv = 0; kv < sh.H_kv; ++kv) {
     std::fill(gk.begin(), gk.end(), 0.0);
     std::fill(gv.begin(), gv.end(), 0.0);
-    for (int64_t i = 0; i < T; ++i) {
-      reference_scores(p, h, i, s);
-      reference_softmax(i, s);
-      const float* doi = dout + i * hd + h * D;
-      // Delta from P and dP, not from the forward output, so this path shares nothing with the
-      // kernel's dO·O.
-      double delta = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        double d = 0;
-        if (s[static_cast<size_t>(j)] != 0) {
-          const float* vj = p.v + j * p.ld + h * D;
-          for (int64_t e = 0; e < D; ++e) d += static_cast<double>(doi[e]) * vj[e];
+    for (int64_t h = kv * sh.per_group; h < (kv + 1) * sh.per_group; ++h) {
+      std::fill(gq.begin(), gq.end(), 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        reference_scores(p, sh, h, i, s);
+        reference_softmax(i, s);
+        const float* doi = dout + i * hd + h * D;
+        // Delta from P and dP, not from the forward output, so this path shares nothing with
+        // the kernel's dO·O.
+        double delta = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double d = 0;
+          if (s[static_cast<size_t>(j)] != 0) {
+            const float* vj = p.v + j * sh.ld_kv + kv * D;
+            for (int64_t e = 0; e < D; ++e) d += static_cast<double>(doi[e]) * vj[e];
+          }
+          dp[static_cast<size_t>(j)] = d;
+          delta += s[static_cast<size_t>(j)] * d;
         }
-        dp[static_cast<size_t>(j)] = d;
-        delta += s[static_cast<size_t>(j)] * d;
+        const float* qi = p.q + i * sh.ld_q + h * D;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double pij = s[static_cast<size_t>(j)];
+          if (pij == 0) continue;
+          const double ds = scale * pij * (dp[static_cast<size_t>(j)] - delta);
+          const float* kj = p.k + j * sh.ld_kv + kv * D;
+          for (int64_t e = 0; e < D; ++e) {
+            gq[static_cast<size_t>(i * D + e)] += ds * kj[e];
+            gk[static_cast<size_t>(j * D + e)] += ds * qi[e];
+            gv[static_cast<size_t>(j * D + e)] += pij * doi[e];
+          }
+        }
       }
-      const float* qi = p.q + i * p.ld + h * D;
-      for (int64_t j = 0; j <= i; ++j) {
-        const double pij = s[static_cast<size_t>(j)];
-        if (pij == 0) continue;
-        const double ds = scale * pij * (dp[static_cast<size_t>(j)] - delta);
-        const float* kj = p.k + j * p.ld + h * D;
+      for (int64_t t = 0; t < T; ++t) {
         for (int64_t e = 0; e < D; ++e) {
-          gq[static_cast<size_t>(i * D + e)] += ds * kj[e];
-          gk[static_cast<size_t>(j * D + e)] += ds * qi[e];
-          gv[static_cast<size_t>(j * D + e)] += pij * doi[e];
+          dq[t * sh.ld_q + h * D + e] = static_cast<float>(gq[static_cast<size_t>(t * D + e)]);
         }
       }
     }
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t e = 0; e < D; ++e) {
         const size_t idx = static_cast<size_t>(t * D + e);
-        dq[t * p.ld + h * D + e] = static_cast<float>(gq[idx]);
-        dk[t * p.ld + h * D + e] = static_cast<float>(gk[idx]);
-        dv[t * p.ld + h * D + e] = static_cast<float>(gv[idx]);
+        dk[t * sh.ld_kv + kv * D + e] = static_cast<float>(gk[idx]);
+        dv[t * sh.ld_kv + kv * D + e] = static_cast<float>(gv[idx]);
       }
     }
   }

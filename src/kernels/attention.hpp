@@ -1,10 +1,11 @@
 // Causal attention with document masking and a sliding window, forward and backward.
 //
-// Token i sees token j iff j <= i, doc[i] == doc[j] and (i / block_size) - (j / block_size) <
-// window_blocks. Scores are s_ij = scale·q_i·k_j. The kernels never build a T×T score matrix:
-// they walk 64×64 tiles of queries × keys with an online softmax (flash-attention style), skip
-// tiles the mask hides entirely, and so cost O(T·W) rather than O(T²). The backward recomputes
-// the probabilities from q, k and the saved log-sum-exp instead of storing them.
+// The query at position i sees the key at position j iff j <= i, doc[i] == doc[j] and
+// (i / block_size) - (j / block_size) < window_blocks. Scores are s_ij = scale·q_i·k_j. The kernels
+// never build a T×T score matrix: they walk 64×64 tiles of queries × keys with an online softmax
+// (flash-attention style), skip tiles the mask hides entirely, and so cost O(T·W) rather than
+// O(T²). The backward recomputes the probabilities from q, k and the saved log-sum-exp instead of
+// storing them.
 //
 // The tile products run on the GEMM micro-kernels (gemm/microkernel.hpp), called per tile on
 // the worker: fp32 on active_microkernel(), bf16 on active_bf16_microkernel() (AMX where the
@@ -12,12 +13,14 @@
 // operands; the products accumulate in fp32, and the scores, the softmax statistics (max, sum,
 // lse), Delta and the accumulators of out, dq, dk, dv stay fp32.
 //
-// Heads are processed in groups whose packed operands fit about one core's L2: each group's K
-// and V (backward: q, k, v, dO in the roles they play) are packed once, then tasks run over
-// (head, tile) pairs. Every output element is summed by one task in a fixed
-// order, so results are bitwise identical whatever the thread count. Working memory is one
-// group's packed operands, 2·T·D elements per head forward and 7·T·D backward (bf16 elements
-// in bf16), kept by the calling thread for its next call.
+// Key/value heads are processed in groups whose packed operands fit about one core's L2: each
+// group's K and V (backward: q, k, v, dO in the roles they play) are packed once, each K/V
+// head once for all the query heads that read it, then tasks run over (head, tile) pairs.
+// Every output element is summed by one task in a fixed order (dk, dv of a K/V head over its
+// query heads in order), so results are bitwise identical whatever the thread count. Working
+// memory is one group's packed operands, per K/V head 2·T_kv·D elements forward and
+// (3 + 4·H/H_kv)·T·D backward (bf16 elements in bf16), kept by the calling thread for its next
+// call.
 #pragma once
 
 #include <cstdint>
@@ -27,16 +30,25 @@
 namespace nanogpt {
 
 struct AttentionParams {
-  int64_t T = 0;  // tokens (one sequence)
-  int64_t H = 0;  // heads
-  int64_t D = 0;  // head dim (128 in the speedrun; tests must also use small ones like 8, 16)
-  // q, k, v: token t, head h, element e at ptr[t * ld + h * D + e]; the model passes slices of one
-  // [T, 3·H·D] buffer, so ld = 3·H·D there.
+  int64_t T = 0;     // queries
+  int64_t T_kv = 0;  // key/value positions (0: T); at least T
+  int64_t H = 0;     // query heads
+  int64_t H_kv = 0;  // key/value heads (0: H); must divide H
+  int64_t D = 0;     // head dim (128 in the speedrun; tests must also use small ones like 8, 16)
+  // The queries are the last T of the T_kv positions: query i is at position T_kv − T + i (in
+  // training T_kv = T; in decoding T new tokens meet a K/V cache of T_kv − T past ones). Query
+  // head h reads key/value head h / (H / H_kv) (grouped-query attention; H_kv = 1 is
+  // multi-query).
+  // q: query i, head h, element e at q[i·ld_q + h·D + e]; k, v: position j, key/value head g at
+  // k[j·ld_kv + g·D + e]. ld_q and ld_kv default (when 0) to ld, for callers whose q, k and v
+  // are slices of one [T, (H + 2·H_kv)·D] buffer, as in training.
   const float* q = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;
   int64_t ld = 0;
-  const int32_t* doc = nullptr;  // [T], nondecreasing
+  int64_t ld_q = 0;
+  int64_t ld_kv = 0;
+  const int32_t* doc = nullptr;  // [T_kv], nondecreasing: the document of each position
   int64_t window_blocks = 1;     // W
   int64_t block_size = 128;      // the mask's block granularity
   float scale = 0.12f;
@@ -44,12 +56,14 @@ struct AttentionParams {
   Precision precision = Precision::kFp32;
 };
 
-// out: [T, H·D] contiguous (token t, head h at out[t*H*D + h*D]); lse: [H, T] log-sum-exp of
+// out: [T, H·D] contiguous (query i, head h at out[i*H*D + h*D]); lse: [H, T] log-sum-exp of
 // the scaled scores per query (saved for the backward).
 void attention_forward(const AttentionParams& p, float* out, float* lse);
 
-// dout like out. dq, dk, dv use the same layout and ld as q, k, v, and are OVERWRITTEN; only
-// their D-element head slices are written, never the bytes between them.
+// dout like out. dq, dk, dv use the layouts of q, k, v (dq: H heads with ld_q; dk, dv: H_kv
+// heads with ld_kv, each the sum over the query heads of its group) and are OVERWRITTEN; only
+// their D-element head slices are written, never the bytes between them. Requires T_kv == T
+// (training; decoding has no backward).
 void attention_backward(const AttentionParams& p, const float* out, const float* lse,
                         const float* dout, float* dq, float* dk, float* dv);
 
@@ -58,7 +72,7 @@ void attention_forward_reference(const AttentionParams& p, float* out, float* ls
 void attention_backward_reference(const AttentionParams& p, const float* dout, float* dq, float* dk,
                                   float* dv);
 
-// Fraction of (query tile, key tile) pairs the kernels visit, out of all pairs of one head
+// Fraction of (query tile, key tile) pairs the kernels visit, out of all pairs of one query head
 // (cost ~ T·W): about one half for a single document with W >= T / block_size.
 double attention_visited_fraction(const AttentionParams& p);
 

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/exp_approx.hpp"
 #include "kernels/fp8.hpp"
 #include "kernels/gemm.hpp"
 #include "runtime/aligned_memory.hpp"
@@ -116,32 +117,6 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
 }
 
 // ---- elementwise math -------------------------------------------------------------------------
-
-// expf without libm, so the row loops vectorize (GCC only calls libmvec under -ffast-math).
-// Cephes' range reduction and minimax polynomial: within 2 ulp of expf on [-87, 88]. Below -87
-// it returns 0 (true value < 2^-125, negligible against a row maximum of 1); above 88 it
-// saturates at e^88 (only reached by σ's exp(-u) for u < -88, where σ is then ~6e-39 ≈ 0).
-// NaN propagates.
-inline float exp_approx(float x) {
-  const float clamped = std::min(std::max(x, -87.0f), 88.0f);
-  // Adding 1.5·2^23 rounds to an integer and leaves it in the low mantissa bits.
-  const float kShift = 12582912.0f;
-  const float shifted = clamped * 1.44269504088896341f + kShift;
-  const float n = shifted - kShift;
-  const int32_t ni = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kShift);
-  // ln 2 in two parts; n·0.693359375 is exact for |n| <= 128.
-  float r = clamped - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float poly = 1.9875691500e-4f;
-  poly = poly * r + 1.3981999507e-3f;
-  poly = poly * r + 8.3334519073e-3f;
-  poly = poly * r + 4.1665795894e-2f;
-  poly = poly * r + 1.6666665459e-1f;
-  poly = poly * r + 5.0000001201e-1f;
-  const float er = poly * (r * r) + r + 1.0f;
-  const float result = er * std::bit_cast<float>((ni + 127) << 23);
-  return x < -87.0f ? 0.0f : result;
-}
 
 // Soft-capped logits from z, for capped_logits: σ(u) = 1/(1+e) with e = exp(-u), the
 // expressions the loss computes y with (exp_neg_scaled_row, then logit_of).
