@@ -11,6 +11,7 @@
 
 #include "kernels/rotary.hpp"
 #include "model/model_kernels.hpp"
+#include "model/qkv_shape.hpp"
 
 namespace nanogpt {
 
@@ -75,15 +76,6 @@ template <class Real>
 void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx);
 
 // --- Attention's inputs. ----------------------------------------------------------------------
-
-// The shape of each token's row of q, k, v: Hq query heads then Hkv key and Hkv value heads of
-// D, one row of (Hq + 2·Hkv)·D values.
-struct QkvShape {
-  int64_t Hq = 0, Hkv = 0, D = 0;
-  int64_t q_width() const { return Hq * D; }
-  int64_t kv_width() const { return Hkv * D; }
-  int64_t row() const { return (Hq + 2 * Hkv) * D; }
-};
 
 // From the projection's raw rows to attention's inputs, one pass:
 //   q, k = rope(rmsnorm per head(q, k)) at position pos[t]; rstd_qk [T, Hq + Hkv]

@@ -175,24 +175,32 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
 }
 
 template <class Real>
-QkvShape GptT<Real>::qkv_shape() const {
-  return {config_.num_heads, config_.num_heads, config_.head_dim};
-}
-
-template <class Real>
-AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blocks) const {
-  // q, k, v are the three parts of each token's row of the layer's qkv activation.
+AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blocks,
+                                               const KvCacheT<Real>* cache) const {
+  // q, k, v are the three parts of each token's row of the layer's qkv activation; with a
+  // cache, k and v are the cache's rows, this call's T after the past's.
   const LayerActivations& A = layers_[static_cast<size_t>(layer)];
-  const QkvShape s = qkv_shape();
+  const QkvShape s = qkv_shape(config_);
   AttentionArgs<Real> a;
   a.T = T_;
-  a.H = config_.num_heads;
-  a.D = config_.head_dim;
+  a.H = s.Hq;
+  a.H_kv = s.Hkv;
+  a.D = s.D;
   a.q = A.qkv.data();
-  a.k = A.qkv.data() + s.q_width();
-  a.v = A.qkv.data() + s.q_width() + s.kv_width();
-  a.ld = s.row();
-  a.doc = doc_.data();
+  a.ld_q = s.row();
+  if (cache != nullptr) {
+    a.T_kv = cache->length() + T_;
+    a.k = cache->k(layer);
+    a.v = cache->v(layer);
+    a.ld_kv = cache->width();
+    a.doc = cache->doc();
+  } else {
+    a.T_kv = T_;
+    a.k = A.qkv.data() + s.q_width();
+    a.v = A.qkv.data() + s.q_width() + s.kv_width();
+    a.ld_kv = s.row();
+    a.doc = doc_.data();
+  }
   a.window_blocks = layer_window(layer, window_blocks);
   a.block_size = config_.block_size;
   a.scale = static_cast<float>(config_.attn_scale);
@@ -201,21 +209,40 @@ AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blo
 }
 
 template <class Real>
-void GptT<Real>::compute_doc_ids(std::span<const int32_t> inputs, int64_t seq_len) {
+void GptT<Real>::compute_positions(int64_t seq_len, KvCacheT<Real>* cache) {
   // An EOT token belongs to the document it starts; so does a sequence's first token, which
-  // keeps the sequences of a batch from seeing each other.
-  int32_t doc = 0;
-  for (size_t t = 0; t < inputs.size(); ++t) {
-    if (inputs[t] == config_.eot_id || static_cast<int64_t>(t) % seq_len == 0) ++doc;
-    doc_[t] = doc;
+  // keeps the sequences of a batch from seeing each other. After a cache, positions and
+  // documents continue from its last.
+  const int64_t past = cache != nullptr ? cache->length() : 0;
+  int32_t* doc_of = cache != nullptr ? cache->doc() + past : doc_.data();
+  int32_t doc = past > 0 ? cache->doc()[past - 1] : 0;
+  for (int64_t t = 0; t < T_; ++t) {
+    const int64_t position = cache != nullptr ? past + t : t % seq_len;
+    if (tokens_[t] == config_.eot_id || position == 0) ++doc;
+    doc_of[t] = doc;
+    pos_[t] = position;
   }
 }
 
 template <class Real>
-void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len) {
+void GptT<Real>::forward_cached(std::span<const int32_t> tokens, int64_t window_blocks,
+                                KvCacheT<Real>& cache) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (cache.length() + T > cache.capacity()) {
+    throw InputError("the K/V cache is full: " + std::to_string(cache.length()) + " of " +
+                     std::to_string(cache.capacity()) + " positions used, " + std::to_string(T) +
+                     " more asked; ask for fewer tokens or a longer context");
+  }
+  forward(tokens, window_blocks, T, &cache);
+  cache.advance(T);
+}
+
+template <class Real>
+void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len,
+                         KvCacheT<Real>* cache) {
   const int64_t T = static_cast<int64_t>(inputs.size());
-  const int64_t d = config_.model_dim, H = config_.num_heads, D = config_.head_dim;
-  const int64_t HD = H * D, L = config_.num_layers, n = L / 2, V = config_.vocab_size;
+  const int64_t d = config_.model_dim, HD = config_.num_heads * config_.head_dim;
+  const int64_t L = config_.num_layers, n = L / 2, V = config_.vocab_size;
   if (T == 0) throw InputError("cannot run the model on an empty sequence");
   if (seq_len == 0) seq_len = T;
   if (seq_len < 0 || T % seq_len != 0) {
@@ -229,7 +256,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                      ") so the window mask restarts with "
                      "each sequence; run them one at a time instead");
   }
-  ensure_capacity(T, seq_len);
+  ensure_capacity(T, cache != nullptr ? cache->capacity() : seq_len);
   T_ = T;
   seq_len_ = seq_len;
   window_blocks_ = window_blocks;
@@ -241,10 +268,9 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
     }
     tokens_[t] = inputs[t];
   }
-  compute_doc_ids(inputs, seq_len);
-  for (int64_t t = 0; t < T; ++t) pos_[t] = t % seq_len;
+  compute_positions(seq_len, cache);
 
-  const QkvShape qkv = qkv_shape();
+  const QkvShape qkv = qkv_shape(config_);
   embed_norm_forward(T, d, tokens_.data(), w_.embed, x0_.data(), rstd0_.data());
   const Real* x = x0_.data();
   for (int64_t i = 0; i < L; ++i) {
@@ -263,7 +289,12 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
       qk_norm_rotary_v_mix_forward(T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed,
                                    w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(),
                                    A.rstd_qk.data(), A.qkv.data());
-      model_attention_forward(attention_args(i, window_blocks), A.attn_out.data(), A.lse.data());
+      if (cache != nullptr) {
+        cache->store(i, T, A.qkv.data() + qkv.q_width(),
+                     A.qkv.data() + qkv.q_width() + qkv.kv_width(), qkv.row());
+      }
+      model_attention_forward(attention_args(i, window_blocks, cache), A.attn_out.data(),
+                              A.lse.data());
       linear_forward(precision_, "attn.c_proj.fwd", T, HD, d, A.attn_out.data(), w.attn_proj,
                      Real(1), A.x_attn.data());
     }
@@ -333,7 +364,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
   const int64_t T = T_;
   const int64_t d = config_.model_dim, HD = config_.num_heads * config_.head_dim;
   const int64_t L = config_.num_layers, n = L / 2;
-  const QkvShape qkv = qkv_shape();
+  const QkvShape qkv = qkv_shape(config_);
 
   // Head: fused lm_head + soft-cap + cross-entropy, then the final norm.
   LossArgs<Real> p = loss_params(config_, final_norm_.data(), w_.lm_head, targets.data(), T);
@@ -373,8 +404,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                              g.attn_proj);
       linear_backward_input(precision_, "attn.c_proj.dX", T, HD, d, dx, w.attn_proj, dattn_.data());
       Real* dq = dqkv_.data();
-      model_attention_backward(attention_args(i, window_blocks_), A.attn_out.data(), A.lse.data(),
-                               dattn_.data(), dq, dq + qkv.q_width(),
+      model_attention_backward(attention_args(i, window_blocks_, nullptr), A.attn_out.data(),
+                               A.lse.data(), dattn_.data(), dq, dq + qkv.q_width(),
                                dq + qkv.q_width() + qkv.kv_width());
       const std::array<double, 2> dla = qk_norm_rotary_v_mix_backward(
           T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed, g.value_embed,

@@ -24,6 +24,7 @@
 #include "model/block_ops.hpp"
 #include "model/config.hpp"
 #include "model/gpt_weights.hpp"
+#include "model/kv_cache.hpp"
 #include "model/model_kernels.hpp"
 #include "model/parameters.hpp"
 #include "runtime/aligned_memory.hpp"
@@ -73,6 +74,13 @@ class GptT {
   double forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
                       int64_t window_blocks, Real* per_token = nullptr, int64_t seq_len = 0);
 
+  // Decoding: runs T new tokens after the cache's (positions and documents continue from
+  // it; RoPE at absolute positions) through the same blocks as training, stores their keys and
+  // values in the cache, and leaves their final-norm rows in final_norm() (the head's input).
+  // An InputError if the cache has no room for them.
+  void forward_cached(std::span<const int32_t> tokens, int64_t window_blocks,
+                      KvCacheT<Real>& cache);
+
   // Intermediate activations of the last forward, for tests against the reference.
   const AlignedVector<Real>& x0() const { return x0_; }
   const AlignedVector<Real>& block_output(int64_t layer) const { return layers_[layer].x_out; }
@@ -99,11 +107,14 @@ class GptT {
   };
 
   GptWeights<Real> bind(Real* base) const;
-  void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len);
+  // With a cache: one sequence continuing the cached one (forward_cached).
+  void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len,
+               KvCacheT<Real>* cache = nullptr);
   void ensure_capacity(int64_t T, int64_t seq_len);
-  void compute_doc_ids(std::span<const int32_t> inputs, int64_t seq_len);
-  QkvShape qkv_shape() const;
-  AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks) const;
+  // Each token's position (RoPE) and document (the mask), from tokens_.
+  void compute_positions(int64_t seq_len, KvCacheT<Real>* cache);
+  AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks,
+                                     const KvCacheT<Real>* cache) const;
 
   Config config_;
   Precision precision_;  // of the products; the float64 instantiation ignores it
@@ -115,8 +126,8 @@ class GptT {
   int64_t seq_len_ = 0;        // the length of each of its sequences
   int64_t window_blocks_ = 1;  // its long-layer window
 
-  std::vector<int32_t> tokens_, doc_;
-  std::vector<int64_t> pos_;  // each token's position in its sequence (RoPE)
+  std::vector<int32_t> tokens_, doc_;  // doc_: each token's document, when not cached
+  std::vector<int64_t> pos_;           // each token's position in its sequence (RoPE)
   AlignedVector<Real> x0_, rstd0_;
   std::vector<LayerActivations> layers_;
   AlignedVector<Real> final_in_, final_norm_, rstd_final_;
