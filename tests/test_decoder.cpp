@@ -68,8 +68,8 @@ double worst_difference(const std::vector<float>& z, const std::vector<float>& f
 }
 
 // prompt = 0: every token fed on its own; otherwise the first `prompt` tokens in one call.
-void check_decoder_against_full_forward(const char* precision, int64_t prompt, double bound) {
-  Config c = micro_config();
+void check_decoder_against_full_forward(const char* precision, int64_t prompt, double bound,
+                                        Config c = micro_config()) {
   c.precision = precision;
   Gpt model(c);
   perturb(model);
@@ -92,8 +92,10 @@ void check_decoder_against_full_forward(const char* precision, int64_t prompt, d
   }
   for (; t < kTokens; ++t)
     worst = std::max(worst, worst_difference(decoder.step(inputs[t]), full, t));
-  std::printf("decoder (%s, prompt %lld): worst difference from the full forward %.2e\n", precision,
-              static_cast<long long>(prompt), worst);
+  std::printf(
+      "decoder (%s, prompt %lld, %lld key/value heads): worst difference from the full forward "
+      "%.2e\n",
+      precision, static_cast<long long>(prompt), static_cast<long long>(c.num_kv_heads), worst);
   EXPECT_LT(worst, bound);
   EXPECT_THROW(decoder.step(1), InputError);  // context full
 }
@@ -112,6 +114,38 @@ TEST(GptDecoder, PromptChunkThenTokensEqualFullForwardFp32) {
 
 TEST(GptDecoder, PromptChunkThenTokensEqualFullForwardBf16) {
   check_decoder_against_full_forward("bf16", 170, 2e-3);
+}
+
+// Grouped-query attention: 4 query heads of 8 over num_kv_heads key/value heads.
+Config gqa_config(int64_t kv_heads) {
+  Config c = micro_config();
+  c.num_heads = 4;
+  c.head_dim = 8;
+  c.num_kv_heads = kv_heads;
+  return c;
+}
+
+TEST(GptDecoder, GroupedQueryAttentionDecodesAsTheFullForward) {
+  check_decoder_against_full_forward("fp32", 170, 1e-5, gqa_config(2));
+  check_decoder_against_full_forward("bf16", 0, 2e-3, gqa_config(1));
+}
+
+// The cache holds H_kv·D keys and values per position and attention layer: num_heads /
+// num_kv_heads times fewer bytes than one per query head.
+TEST(GptDecoder, GroupedQueryAttentionShrinksTheCacheByTheGroupSize) {
+  const int64_t capacity = 1000;
+  const Config c = gqa_config(4);
+  const int64_t full = KvCache(c, capacity).bytes();
+  int64_t attention_layers = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) attention_layers += c.has_attention(i) ? 1 : 0;
+  EXPECT_EQ(full, 2 * attention_layers * capacity * c.num_heads * c.head_dim * 4);  // K, V fp32
+  for (int64_t kv : {2, 1}) {
+    const int64_t bytes = KvCache(gqa_config(kv), capacity).bytes();
+    std::printf("K/V cache, %lld positions: %lld bytes with %lld key/value heads, %lld with 4\n",
+                static_cast<long long>(capacity), static_cast<long long>(bytes),
+                static_cast<long long>(kv), static_cast<long long>(full));
+    EXPECT_EQ(bytes * (c.num_heads / kv), full);
+  }
 }
 
 // The float64 model (reference kernels, including the reference attention over a cache) fed in

@@ -32,16 +32,31 @@ void resize(V& v, int64_t n) {
 template <class Real>
 GptT<Real>::GptT(const Config& config) : config_(config), precision_(resolved_precision(config)) {
   validate_config(config_);
+  const QkvShape s = qkv_shape(config_);
   const int64_t V = config_.vocab_size, d = config_.model_dim;
-  const int64_t HD = config_.num_heads * config_.head_dim, L = config_.num_layers;
+  const int64_t HD = s.q_width(), KV = s.kv_width(), L = config_.num_layers;
   params_.add("embed.weight", {V, d}, ParamGroup::kEmbedding, ParamInit::kNormal);
+  // Value embeddings are mixed into v, so they are as wide as v: H_kv·D (d without GQA).
   for (int k = 0; k < 3; ++k) {
-    params_.add(value_embed_name(k), {V, d}, ParamGroup::kEmbedding, ParamInit::kNormal);
+    params_.add(value_embed_name(k), {V, KV}, ParamGroup::kEmbedding, ParamInit::kNormal);
   }
   for (int64_t i = 0; i < L; ++i) {
     if (config_.has_attention(i)) {
-      params_.add(block_name(i, "attn.qkv_w"), {3, HD, d}, ParamGroup::kMatrix,
-                  ParamInit::kUniformFanIn);
+      // The seed's [3, H·D, d] qkv_w; with grouped-query attention q, k and v differ in height
+      // and are three tensors, added one after another so they still form one [(H + 2·H_kv)·D,
+      // d] matrix for a single product (and Muon orthogonalises each on its own, as it does
+      // the three slices of qkv_w).
+      if (s.Hkv == s.Hq) {
+        params_.add(block_name(i, "attn.qkv_w"), {3, HD, d}, ParamGroup::kMatrix,
+                    ParamInit::kUniformFanIn);
+      } else {
+        params_.add(block_name(i, "attn.q_w"), {HD, d}, ParamGroup::kMatrix,
+                    ParamInit::kUniformFanIn);
+        params_.add(block_name(i, "attn.k_w"), {KV, d}, ParamGroup::kMatrix,
+                    ParamInit::kUniformFanIn);
+        params_.add(block_name(i, "attn.v_w"), {KV, d}, ParamGroup::kMatrix,
+                    ParamInit::kUniformFanIn);
+      }
       params_.add(block_name(i, "attn.lambdas"), {2}, ParamGroup::kScalar, ParamInit::kAttnLambdas);
       params_.add(block_name(i, "attn.c_proj.weight"), {d, HD}, ParamGroup::kMatrix,
                   ParamInit::kZero);
@@ -74,7 +89,8 @@ GptWeights<Real> GptT<Real>::bind(Real* base) const {
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     BlockWeights<Real>& b = w.blocks[static_cast<size_t>(i)];
     if (config_.has_attention(i)) {
-      b.qkv_w = at(block_name(i, "attn.qkv_w"));
+      const QkvShape s = qkv_shape(config_);
+      b.qkv_w = at(block_name(i, s.Hkv == s.Hq ? "attn.qkv_w" : "attn.q_w"));
       b.attn_lambdas = at(block_name(i, "attn.lambdas"));
       b.attn_proj = at(block_name(i, "attn.c_proj.weight"));
       const int ve = config_.value_embed_index(i);
@@ -135,8 +151,8 @@ int64_t GptT<Real>::layer_window(int64_t layer, int64_t window_blocks) const {
 
 template <class Real>
 void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
-  const int64_t d = config_.model_dim, HD = config_.num_heads * config_.head_dim;
-  const int64_t H = config_.num_heads;
+  const QkvShape s = qkv_shape(config_);
+  const int64_t d = config_.model_dim, HD = s.q_width(), H = s.Hq;
   if (rotary_.max_positions() < seq_len) rotary_ = RotaryTableT<Real>(seq_len, config_.head_dim);
   resize(tokens_, T);
   resize(doc_, T);
@@ -155,9 +171,9 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
     if (config_.has_attention(i)) {
       resize(A.norm1, T * d);
       resize(A.rstd1, T);
-      resize(A.qkv_raw, T * 3 * HD);
-      resize(A.rstd_qk, T * 2 * H);
-      resize(A.qkv, T * 3 * HD);
+      resize(A.qkv_raw, T * s.row());
+      resize(A.rstd_qk, T * (s.Hq + s.Hkv));
+      resize(A.qkv, T * s.row());
       resize(A.attn_out, T * HD);
       resize(A.lse, H * T);
     }
@@ -166,12 +182,12 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
   resize(rstd_final_, T);
   resize(dx_, T * d);
   resize(dx0_, T * d);
-  resize(dtmp_, T * 2 * HD);
+  resize(dtmp_, T * (s.Hq + s.Hkv) * s.D);
   resize(dh_, T * 4 * d);
-  resize(dqkv_, T * 3 * HD);
+  resize(dqkv_, T * s.row());
   resize(dattn_, T * HD);
   resize(dnorm_, T * d);
-  for (auto& s : dskip_) resize(s, T * d);
+  for (auto& skip : dskip_) resize(skip, T * d);
 }
 
 template <class Real>

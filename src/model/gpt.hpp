@@ -6,7 +6,8 @@
 //   skip_weights[i - L/2] · pop() first):
 //     x = λ0·x + λ1·x0
 //     x += c_proj(attention(rope(rmsnorm_h(q)), rope(rmsnorm_h(k)), λa0·v + λa1·ve))  (q,k,v from
-//          qkv_w · rmsnorm(x); skipped in attention-free layers)
+//          qkv_w · rmsnorm(x); skipped in attention-free layers; with num_kv_heads = H_kv < H,
+//          k and v have H_kv heads, each read by H / H_kv query heads: grouped-query attention)
 //     x += c_proj(relu(c_fc(rmsnorm(x)))²)
 //   loss = cross_entropy(30·σ(lm_head(rmsnorm(x)) / (7.5·√d)), targets)
 //
@@ -94,9 +95,9 @@ class GptT {
     AlignedVector<Real> x_mix;     // [T, d] λ0·x_in + λ1·x0
     AlignedVector<Real> norm1;     // [T, d] rmsnorm(x_mix)
     AlignedVector<Real> rstd1;     // [T]
-    AlignedVector<Real> qkv_raw;   // [T, 3·H·D] qkv_w · norm1
-    AlignedVector<Real> rstd_qk;   // [T, 2·H] per-head norms of q and k
-    AlignedVector<Real> qkv;       // [T, 3·H·D] attention inputs: rope'd q, k; mixed v
+    AlignedVector<Real> qkv_raw;   // [T, (H + 2·H_kv)·D] qkv_w · norm1: q, k, v
+    AlignedVector<Real> rstd_qk;   // [T, H + H_kv] per-head norms of q and k
+    AlignedVector<Real> qkv;       // [T, (H + 2·H_kv)·D] attention inputs: rope'd q, k; mixed v
     AlignedVector<Real> attn_out;  // [T, H·D]
     AlignedVector<Real> lse;       // [H, T]
     AlignedVector<Real> x_attn;    // [T, d] after the attention residual

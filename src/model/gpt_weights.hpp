@@ -12,10 +12,12 @@ namespace nanogpt {
 template <class Real>
 struct BlockWeights {
   // Attention; all null in an attention-free block.
-  Real* qkv_w = nullptr;         // [3, H·D, d]: the q, k and v projections, one after another
+  // [(H + 2·H_kv)·D, d]: the q, k and v projections, one after another (attn.qkv_w [3, H·D, d]
+  // or, with grouped-query attention, attn.q_w, attn.k_w, attn.v_w).
+  Real* qkv_w = nullptr;
   Real* attn_lambdas = nullptr;  // [2]: v = λa0·v + λa1·ve
   Real* attn_proj = nullptr;     // [d, H·D]: attn.c_proj
-  Real* value_embed = nullptr;   // [V, d]: the value embedding this block mixes in, or null
+  Real* value_embed = nullptr;   // [V, H_kv·D]: the value embedding this block mixes in, or null
   // MLP.
   Real* c_fc = nullptr;      // [4d, d]
   Real* mlp_proj = nullptr;  // [d, 4d]: mlp.c_proj
@@ -25,7 +27,7 @@ struct BlockWeights {
 template <class Real>
 struct GptWeights {
   Real* embed = nullptr;                // [V, d]
-  std::array<Real*, 3> value_embeds{};  // [V, d] each
+  std::array<Real*, 3> value_embeds{};  // [V, H_kv·D] each
   Real* lm_head = nullptr;              // [V padded, d]
   Real* skip_weights = nullptr;         // [L/2]
   std::vector<BlockWeights<Real>> blocks;

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/config.hpp"
+#include "runtime/error.hpp"
 
 namespace nanogpt {
 
@@ -15,8 +17,16 @@ struct QkvShape {
   int64_t row() const { return (Hq + 2 * Hkv) * D; }
 };
 
+// The model's shape; Config::num_kv_heads = 0 means num_heads. An InputError if num_kv_heads
+// does not divide num_heads.
 inline QkvShape qkv_shape(const Config& c) {
-  return {c.num_heads, c.num_heads, c.head_dim};
+  const int64_t kv = c.num_kv_heads == 0 ? c.num_heads : c.num_kv_heads;
+  if (kv < 1 || c.num_heads % kv != 0) {
+    throw InputError("num_kv_heads = " + std::to_string(c.num_kv_heads) +
+                     " must divide num_heads = " + std::to_string(c.num_heads) +
+                     " (1: multi-query; 0 or num_heads: one key/value head per query head)");
+  }
+  return {c.num_heads, kv, c.head_dim};
 }
 
 }  // namespace nanogpt
