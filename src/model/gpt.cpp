@@ -244,6 +244,11 @@ template <class Real>
 void GptT<Real>::forward_cached(std::span<const int32_t> tokens, int64_t window_blocks,
                                 KvCacheT<Real>& cache) {
   const int64_t T = static_cast<int64_t>(tokens.size());
+  if (cache.width() != qkv_shape(config_).kv_width()) {
+    throw Error("internal: a K/V cache of " + std::to_string(cache.width()) +
+                "-wide rows for a model whose keys are " +
+                std::to_string(qkv_shape(config_).kv_width()) + " wide (built for another model)");
+  }
   if (cache.length() + T > cache.capacity()) {
     throw InputError("the K/V cache is full: " + std::to_string(cache.length()) + " of " +
                      std::to_string(cache.capacity()) + " positions used, " + std::to_string(T) +
@@ -274,7 +279,6 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
   }
   ensure_capacity(T, cache != nullptr ? cache->capacity() : seq_len);
   T_ = T;
-  seq_len_ = seq_len;
   window_blocks_ = window_blocks;
   for (int64_t t = 0; t < T; ++t) {
     if (inputs[t] < 0 || inputs[t] >= V) {

@@ -124,7 +124,6 @@ class GptT {
   GptWeights<Real> w_, g_;  // views of params_ and grads_
   RotaryTableT<Real> rotary_;
   int64_t T_ = 0;              // tokens in the last forward (all its sequences)
-  int64_t seq_len_ = 0;        // the length of each of its sequences
   int64_t window_blocks_ = 1;  // its long-layer window
 
   std::vector<int32_t> tokens_, doc_;  // doc_: each token's document, when not cached
