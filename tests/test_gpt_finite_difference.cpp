@@ -1,7 +1,8 @@
 // The model's backward checked by finite differences in float64: the same model code
 // instantiated with double and float64 reference kernels, on a micro configuration that still
 // has every feature (value embeddings at both ends, an attention-free layer, U-net skips,
-// several documents, a window shorter than the sequence).
+// several documents, a window shorter than the sequence), with one key/value head per query
+// head and with multi-query attention (num_kv_heads = 1: both query heads share one k, v).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,12 @@ Config fd_config() {
   c.head_dim = 8;
   c.model_dim = 16;
   c.attn_free_layers = {3};
+  return c;
+}
+
+Config fd_config_multi_query() {
+  Config c = fd_config();
+  c.num_kv_heads = 1;
   return c;
 }
 
@@ -43,8 +50,7 @@ void randomize(GptT<Real>& model, uint64_t seed) {
     p = static_cast<Real>(static_cast<float>(p + 0.3 * rng.normal()));
 }
 
-TEST(GptFiniteDifference, Float64GradientsMatchCentralDifferences) {
-  const Config c = fd_config();
+void check_gradients_against_central_differences(const Config& c) {
   const int64_t T = 160, W = 2;  // long layers see 2 blocks, short layers 1
   auto tokens = fd_tokens(T, 7);
   std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());
@@ -63,7 +69,7 @@ TEST(GptFiniteDifference, Float64GradientsMatchCentralDifferences) {
     for (int s = 0; s < 3; ++s) {
       size_t idx = pick.next_u64() % t.numel;
       if (t.group == ParamGroup::kEmbedding) {
-        const size_t d = static_cast<size_t>(c.model_dim);
+        const size_t d = static_cast<size_t>(t.shape.back());  // value embeddings: H_kv·D
         idx = static_cast<size_t>(in[pick.next_u64() % in.size()]) * d + idx % d;
       }
       double& p = model.params().values()[t.offset + idx];
@@ -82,13 +88,21 @@ TEST(GptFiniteDifference, Float64GradientsMatchCentralDifferences) {
     }
   }
   EXPECT_GT(checked, 100);
-  std::printf("finite differences: %d entries, worst relative error %.2e\n", checked, worst);
+  std::printf("finite differences (%lld key/value heads): %d entries, worst relative error %.2e\n",
+              static_cast<long long>(c.num_kv_heads), checked, worst);
 }
 
-TEST(GptFiniteDifference, FastFloat32PathMatchesFloat64Path) {
-  // The fp32 kernels (tiled attention, fused loss, blocked GEMM) against the float64 reference
-  // kernels through the whole model, on identical weights: 1e-4 relative per gradient tensor.
-  Config c = fd_config();
+TEST(GptFiniteDifference, Float64GradientsMatchCentralDifferences) {
+  check_gradients_against_central_differences(fd_config());
+}
+
+TEST(GptFiniteDifference, MultiQueryFloat64GradientsMatchCentralDifferences) {
+  check_gradients_against_central_differences(fd_config_multi_query());
+}
+
+// The fp32 kernels (tiled attention, fused loss, blocked GEMM) against the float64 reference
+// kernels through the whole model, on identical weights: 1e-4 relative per gradient tensor.
+void check_fast_path_against_float64(Config c) {
   c.precision = "fp32";
   const int64_t T = 160, W = 2;
   auto tokens = fd_tokens(T, 8);
@@ -111,6 +125,14 @@ TEST(GptFiniteDifference, FastFloat32PathMatchesFloat64Path) {
     }
     EXPECT_LT(std::sqrt(num / std::max(den, 1e-300)), 1e-4) << t.name;
   }
+}
+
+TEST(GptFiniteDifference, FastFloat32PathMatchesFloat64Path) {
+  check_fast_path_against_float64(fd_config());
+}
+
+TEST(GptFiniteDifference, MultiQueryFastFloat32PathMatchesFloat64Path) {
+  check_fast_path_against_float64(fd_config_multi_query());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The model against golden data from an independent PyTorch implementation
 // (tools/golden/make_model_golden.py: float64 forward/backward of the same float32 weights,
-// random non-zero initialisation so every path carries signal).
+// random non-zero initialisation so every path carries signal): the base model and one with
+// grouped-query attention (golden_model_gqa: 4 query heads sharing 2 key/value heads, q_w, k_w,
+// v_w stored as PyTorch loads them, value embeddings H_kv·D wide), with the same bounds.
 // Bounds, relative (‖a−b‖/‖b‖ for tensors), against float64:
 //   fp32: mean loss 1e-5, activations 1e-5, every gradient tensor 1e-4.
 //   bf16 (operands of every product rounded to 8 significant bits, 2⁻⁹ relative each, fp32
@@ -26,17 +28,21 @@ double relative_error(const float* a, const std::vector<float>& b) {
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
+constexpr const char* kBaseModel = "tests/data/golden_model_small.safetensors";
+constexpr const char* kGqaModel = "tests/data/golden_model_gqa.safetensors";
+
 struct Golden {
-  SafetensorsReader file{source_path("tests/data/golden_model_small.safetensors")};
+  SafetensorsReader file;
   Config config;
   int64_t window = 0;
   std::vector<int32_t> inputs, targets;
-  Golden() {
+  explicit Golden(const char* path = kBaseModel) : file(source_path(path)) {
     auto j = nlohmann::json::parse(file.metadata_value("config"));
     config = preset("cpu");
     config.vocab_size = j.at("vocab_size");
     config.num_layers = j.at("num_layers");
     config.num_heads = j.at("num_heads");
+    config.num_kv_heads = j.value("num_kv_heads", int64_t{0});
     config.head_dim = j.at("head_dim");
     config.model_dim = j.at("model_dim");
     config.attn_free_layers = j.at("attn_free_layers").get<std::vector<int64_t>>();
@@ -59,8 +65,8 @@ struct Bounds {
   double loss, activations, gradients;
 };
 
-void check_against_pytorch(const char* precision, Bounds bounds) {
-  Golden g;
+void check_against_pytorch(const char* path, const char* precision, Bounds bounds) {
+  Golden g(path);
   g.config.precision = precision;
   Gpt model(g.config);
   g.load_params(model);
@@ -92,19 +98,52 @@ void check_against_pytorch(const char* precision, Bounds bounds) {
     ++checked;
   }
   std::printf(
-      "golden parity (%s): mean loss %.9f vs %.9f (relative %.1e); worst gradient error %.1e over "
+      "golden parity (%s, %s): mean loss %.9f vs %.9f (relative %.1e); worst gradient error %.1e "
+      "over "
       "%zu tensors\n",
-      precision, loss, want, std::abs(loss - want) / want, worst, checked);
+      path, precision, loss, want, std::abs(loss - want) / want, worst, checked);
   EXPECT_EQ(checked, g.file.names().size() > 0 ? model.params().tensors().size() : 0u);
   EXPECT_GT(checked, 40u);
 }
 
 TEST(GptGolden, Fp32MatchesPyTorch) {
-  check_against_pytorch("fp32", {1e-5, 1e-5, 1e-4});
+  check_against_pytorch(kBaseModel, "fp32", {1e-5, 1e-5, 1e-4});
 }
 
 TEST(GptGolden, Bf16MatchesPyTorchWithinBf16Bounds) {
-  check_against_pytorch("bf16", {1e-3, 1e-2, 3e-2});
+  check_against_pytorch(kBaseModel, "bf16", {1e-3, 1e-2, 3e-2});
+}
+
+TEST(GptGolden, GroupedQueryAttentionFp32MatchesPyTorch) {
+  check_against_pytorch(kGqaModel, "fp32", {1e-5, 1e-5, 1e-4});
+}
+
+TEST(GptGolden, GroupedQueryAttentionBf16MatchesPyTorchWithinBf16Bounds) {
+  check_against_pytorch(kGqaModel, "bf16", {1e-3, 1e-2, 3e-2});
+}
+
+// The checkpoint names and shapes PyTorch users load: the seed's qkv_w without GQA; q_w, k_w,
+// v_w (one after another, one matrix for the product) and narrower value embeddings with it.
+TEST(GptGolden, GroupedQueryAttentionTensorsAreNamedAndShapedForPyTorch) {
+  Golden g(kGqaModel);
+  Gpt model(g.config);
+  const ParameterSet& P = model.params();
+  EXPECT_FALSE(P.contains("blocks.0.attn.qkv_w"));
+  const int64_t d = g.config.model_dim, D = g.config.head_dim;
+  EXPECT_EQ(P.info("blocks.0.attn.q_w").shape, (std::vector<int64_t>{4 * D, d}));
+  EXPECT_EQ(P.info("blocks.0.attn.k_w").shape, (std::vector<int64_t>{2 * D, d}));
+  EXPECT_EQ(P.info("blocks.0.attn.v_w").shape, (std::vector<int64_t>{2 * D, d}));
+  EXPECT_EQ(P.info("blocks.0.attn.k_w").offset,
+            P.info("blocks.0.attn.q_w").offset + P.info("blocks.0.attn.q_w").numel);
+  EXPECT_EQ(P.info("blocks.0.attn.v_w").offset,
+            P.info("blocks.0.attn.k_w").offset + P.info("blocks.0.attn.k_w").numel);
+  EXPECT_EQ(P.info("value_embeds.0.weight").shape,
+            (std::vector<int64_t>{g.config.vocab_size, 2 * D}));
+  for (const ParamTensor& t : P.tensors())
+    EXPECT_TRUE(g.file.contains("param/" + t.name)) << t.name;
+  Config bad = g.config;
+  bad.num_kv_heads = 3;  // does not divide 4
+  EXPECT_THROW(Gpt{bad}, InputError);
 }
 
 TEST(GptGolden, ForwardLossEqualsForwardBackwardLoss) {

@@ -57,5 +57,21 @@ TEST(GptThreads, TrainingStepIsBitwiseIdenticalForAnyThreadCount) {
   }
 }
 
+// Grouped-query attention: dk, dv of a shared head sum over its query group in a fixed order.
+TEST(GptThreads, GroupedQueryAttentionStepIsBitwiseIdenticalForAnyThreadCount) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    Config c = micro_config();
+    c.num_heads = 4;
+    c.head_dim = 8;
+    c.num_kv_heads = 2;
+    c.precision = precision;
+    const StepResult one = run_step(c, 1);
+    EXPECT_TRUE(std::isfinite(one.loss));
+    expect_bitwise_equal(one, run_step(c, 2), 2);
+    expect_bitwise_equal(one, run_step(c, 3), 3);
+  }
+}
+
 }  // namespace
 }  // namespace nanogpt

@@ -27,6 +27,7 @@ const std::vector<Field>& fields() {
       {"vocab_size", &Config::vocab_size},
       {"num_layers", &Config::num_layers},
       {"num_heads", &Config::num_heads},
+      {"num_kv_heads", &Config::num_kv_heads},
       {"head_dim", &Config::head_dim},
       {"model_dim", &Config::model_dim},
       {"attn_free_layers", &Config::attn_free_layers},

@@ -19,6 +19,9 @@ struct Config {
   int64_t vocab_size = 50257;
   int64_t num_layers = 12;
   int64_t num_heads = 6;
+  // Key/value heads (grouped-query attention): must divide num_heads, each shared by a group of
+  // num_heads / num_kv_heads query heads; 1 is multi-query; 0 means num_heads (the seed's model).
+  int64_t num_kv_heads = 0;
   int64_t head_dim = 128;
   int64_t model_dim = 768;
   std::vector<int64_t> attn_free_layers = {7};  // the seed drops attention in layer 7 of 12

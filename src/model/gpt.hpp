@@ -6,7 +6,8 @@
 //   skip_weights[i - L/2] · pop() first):
 //     x = λ0·x + λ1·x0
 //     x += c_proj(attention(rope(rmsnorm_h(q)), rope(rmsnorm_h(k)), λa0·v + λa1·ve))  (q,k,v from
-//          qkv_w · rmsnorm(x); skipped in attention-free layers)
+//          qkv_w · rmsnorm(x); skipped in attention-free layers; with num_kv_heads = H_kv < H,
+//          k and v have H_kv heads, each read by H / H_kv query heads: grouped-query attention)
 //     x += c_proj(relu(c_fc(rmsnorm(x)))²)
 //   loss = cross_entropy(30·σ(lm_head(rmsnorm(x)) / (7.5·√d)), targets)
 //
@@ -21,7 +22,10 @@
 #include <vector>
 
 #include "kernels/rotary.hpp"
+#include "model/block_ops.hpp"
 #include "model/config.hpp"
+#include "model/gpt_weights.hpp"
+#include "model/kv_cache.hpp"
 #include "model/model_kernels.hpp"
 #include "model/parameters.hpp"
 #include "runtime/aligned_memory.hpp"
@@ -34,11 +38,20 @@ template <class Real>
 class GptT {
  public:
   explicit GptT(const Config& config);
+  // The weight views point into the model's own buffers: a copy would point into the
+  // original's, so the model moves (buffers and views together) but never copies.
+  GptT(const GptT&) = delete;
+  GptT& operator=(const GptT&) = delete;
+  GptT(GptT&&) noexcept = default;
+  GptT& operator=(GptT&&) noexcept = default;
 
   const Config& config() const { return config_; }
   Precision precision() const { return precision_; }
   ParameterSetT<Real>& params() { return params_; }
   const ParameterSetT<Real>& params() const { return params_; }
+  // Typed views of params() and grads().
+  const GptWeights<Real>& weights() const { return w_; }
+  const GptWeights<Real>& grad_weights() const { return g_; }
   AlignedVector<Real>& grads() { return grads_; }
   const AlignedVector<Real>& grads() const { return grads_; }
   void zero_grads();
@@ -62,6 +75,13 @@ class GptT {
   double forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
                       int64_t window_blocks, Real* per_token = nullptr, int64_t seq_len = 0);
 
+  // Decoding: runs T new tokens after the cache's (positions and documents continue from
+  // it; RoPE at absolute positions) through the same blocks as training, stores their keys and
+  // values in the cache, and leaves their final-norm rows in final_norm() (the head's input).
+  // An InputError if the cache has no room for them.
+  void forward_cached(std::span<const int32_t> tokens, int64_t window_blocks,
+                      KvCacheT<Real>& cache);
+
   // Intermediate activations of the last forward, for tests against the reference.
   const AlignedVector<Real>& x0() const { return x0_; }
   const AlignedVector<Real>& block_output(int64_t layer) const { return layers_[layer].x_out; }
@@ -70,18 +90,14 @@ class GptT {
   int64_t layer_window(int64_t layer, int64_t window_blocks) const;
 
  private:
-  struct LayerWeights {
-    Real *qkv_w = nullptr, *attn_lambdas = nullptr, *attn_proj = nullptr;
-    Real *c_fc = nullptr, *mlp_proj = nullptr, *lambdas = nullptr;
-  };
   struct LayerActivations {
     AlignedVector<Real> x_in;      // [T, d] block input (after the skip)
     AlignedVector<Real> x_mix;     // [T, d] λ0·x_in + λ1·x0
     AlignedVector<Real> norm1;     // [T, d] rmsnorm(x_mix)
     AlignedVector<Real> rstd1;     // [T]
-    AlignedVector<Real> qkv_raw;   // [T, 3·H·D] qkv_w · norm1
-    AlignedVector<Real> rstd_qk;   // [T, 2·H] per-head norms of q and k
-    AlignedVector<Real> qkv;       // [T, 3·H·D] attention inputs: rope'd q, k; mixed v
+    AlignedVector<Real> qkv_raw;   // [T, (H + 2·H_kv)·D] qkv_w · norm1: q, k, v
+    AlignedVector<Real> rstd_qk;   // [T, H + H_kv] per-head norms of q and k
+    AlignedVector<Real> qkv;       // [T, (H + 2·H_kv)·D] attention inputs: rope'd q, k; mixed v
     AlignedVector<Real> attn_out;  // [T, H·D]
     AlignedVector<Real> lse;       // [H, T]
     AlignedVector<Real> x_attn;    // [T, d] after the attention residual
@@ -91,22 +107,27 @@ class GptT {
     AlignedVector<Real> x_out;     // [T, d] block output
   };
 
-  LayerWeights weights_of(Real* base, int64_t layer);
-  void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len);
+  GptWeights<Real> bind(Real* base) const;
+  // With a cache: one sequence continuing the cached one (forward_cached).
+  void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len,
+               KvCacheT<Real>* cache = nullptr);
   void ensure_capacity(int64_t T, int64_t seq_len);
-  void compute_doc_ids(std::span<const int32_t> inputs, int64_t seq_len);
-  AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks) const;
+  // Each token's position (RoPE) and document (the mask), from tokens_.
+  void compute_positions(int64_t seq_len, KvCacheT<Real>* cache);
+  AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks,
+                                     const KvCacheT<Real>* cache) const;
 
   Config config_;
   Precision precision_;  // of the products; the float64 instantiation ignores it
   ParameterSetT<Real> params_;
   AlignedVector<Real> grads_;
+  GptWeights<Real> w_, g_;  // views of params_ and grads_
   RotaryTableT<Real> rotary_;
   int64_t T_ = 0;              // tokens in the last forward (all its sequences)
-  int64_t seq_len_ = 0;        // the length of each of its sequences
   int64_t window_blocks_ = 1;  // its long-layer window
 
-  std::vector<int32_t> tokens_, doc_;
+  std::vector<int32_t> tokens_, doc_;  // doc_: each token's document, when not cached
+  std::vector<int64_t> pos_;           // each token's position in its sequence (RoPE)
   AlignedVector<Real> x0_, rstd0_;
   std::vector<LayerActivations> layers_;
   AlignedVector<Real> final_in_, final_norm_, rstd_final_;

@@ -13,12 +13,15 @@ namespace {
 AttentionParams attention_params(const AttentionArgs<float>& a) {
   AttentionParams p;
   p.T = a.T;
+  p.T_kv = a.T_kv;
   p.H = a.H;
+  p.H_kv = a.H_kv;
   p.D = a.D;
   p.q = a.q;
   p.k = a.k;
   p.v = a.v;
-  p.ld = a.ld;
+  p.ld_q = a.ld_q;
+  p.ld_kv = a.ld_kv;
   p.doc = a.doc;
   p.window_blocks = a.window_blocks;
   p.block_size = a.block_size;
@@ -75,22 +78,27 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 
 namespace {
 
-// The work of one attention call over the pairs its masks leave (one document).
+// The work of one attention call over the pairs its masks leave (one document): those of the
+// last T queries of T_kv positions.
 double attention_pair_flops(const AttentionArgs<float>& a, double flops_per_pair_dim) {
-  return flops_per_pair_dim * static_cast<double>(a.H * a.D) *
-         static_cast<double>(attention_pairs(a.T, a.window_blocks, a.block_size));
+  const int64_t pairs = attention_pairs(a.T_kv, a.window_blocks, a.block_size) -
+                        attention_pairs(a.T_kv - a.T, a.window_blocks, a.block_size);
+  return flops_per_pair_dim * static_cast<double>(a.H * a.D) * static_cast<double>(pairs);
 }
 
-double attention_bytes(const AttentionArgs<float>& a, double tensors) {
-  return 4.0 * tensors * static_cast<double>(a.T * a.H * a.D);
+// `tensors` query-sized tensors (T rows of H·D) and `kv_tensors` key/value-sized ones (T_kv
+// rows of H_kv·D).
+double attention_bytes(const AttentionArgs<float>& a, double tensors, double kv_tensors) {
+  return 4.0 * (tensors * static_cast<double>(a.T * a.H * a.D) +
+                kv_tensors * static_cast<double>(a.T_kv * a.H_kv * a.D));
 }
 
 }  // namespace
 
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse) {
-  // q, k, v in, out: four T×H·D tensors. QKᵀ and P·V: 4 FLOPs per pair and dimension.
+  // q, out; k, v. QKᵀ and P·V: 4 FLOPs per pair and dimension.
   ProfileScope scope("attention_fwd", "attention.fwd", {a.T, a.H, a.D, a.window_blocks},
-                     attention_pair_flops(a, 4.0), attention_bytes(a, 4.0));
+                     attention_pair_flops(a, 4.0), attention_bytes(a, 2.0, 2.0));
   attention_forward(attention_params(a), out, lse);
 }
 
@@ -99,7 +107,7 @@ void model_attention_backward(const AttentionArgs<float>& a, const float* out, c
   // Eight tensors (q, k, v, out, dout in; dq, dk, dv out). The backward's four products plus
   // the recomputed scores and dP (see flop_count.hpp): 14 FLOPs per pair and dimension.
   ProfileScope scope("attention_bwd", "attention.bwd", {a.T, a.H, a.D, a.window_blocks},
-                     attention_pair_flops(a, 14.0), attention_bytes(a, 8.0));
+                     attention_pair_flops(a, 14.0), attention_bytes(a, 4.0, 4.0));
   attention_backward(attention_params(a), out, lse, dout, dq, dk, dv);
 }
 

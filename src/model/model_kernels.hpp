@@ -9,11 +9,15 @@
 
 namespace nanogpt {
 
+// As kernels/attention.hpp's AttentionParams: T queries, the last T of T_kv key/value positions
+// (T_kv = T in training; decoding adds T new tokens to a cache of T_kv − T); H query heads,
+// query head h reading key/value head h / (H / H_kv). q (and dq) rows have stride ld_q; k, v
+// (and dk, dv) rows ld_kv; doc is [T_kv]. The backward needs T_kv == T.
 template <class Real>
 struct AttentionArgs {
-  int64_t T = 0, H = 0, D = 0;
+  int64_t T = 0, T_kv = 0, H = 0, H_kv = 0, D = 0;
   const Real *q = nullptr, *k = nullptr, *v = nullptr;
-  int64_t ld = 0;
+  int64_t ld_q = 0, ld_kv = 0;
   const int32_t* doc = nullptr;
   int64_t window_blocks = 1, block_size = 128;
   float scale = 0.12f;

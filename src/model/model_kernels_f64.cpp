@@ -16,29 +16,37 @@ double at(const double* X, int64_t ld, Trans t, int64_t r, int64_t c) {
   return t == Trans::kNo ? X[r * ld + c] : X[c * ld + r];
 }
 
+// Query i sits at position T_kv − T + i; it sees the key at position j iff j is not after it,
+// in its document and within the window.
 bool visible(const AttentionArgs<double>& a, int64_t i, int64_t j) {
-  return j <= i && a.doc[i] == a.doc[j] && i / a.block_size - j / a.block_size < a.window_blocks;
+  const int64_t qi = a.T_kv - a.T + i;
+  return j <= qi && a.doc[qi] == a.doc[j] && qi / a.block_size - j / a.block_size < a.window_blocks;
 }
 
-// Probabilities of query i, head h over keys 0..i (zero where masked).
+// Query head h reads key/value head h / (H / H_kv): its elements' offset in a row of k, v.
+int64_t kv_head(const AttentionArgs<double>& a, int64_t h) {
+  return h / (a.H / a.H_kv) * a.D;
+}
+
+// Probabilities of query i, head h over key positions 0..T_kv − 1 (zero where masked).
 void attention_row(const AttentionArgs<double>& a, int64_t h, int64_t i, std::vector<double>& p) {
-  p.assign(static_cast<size_t>(i + 1), 0.0);
+  p.assign(static_cast<size_t>(a.T_kv), 0.0);
   double mx = -INFINITY;
-  for (int64_t j = 0; j <= i; ++j) {
+  for (int64_t j = 0; j < a.T_kv; ++j) {
     if (!visible(a, i, j)) continue;
     double s = 0;
     for (int64_t e = 0; e < a.D; ++e)
-      s += a.q[i * a.ld + h * a.D + e] * a.k[j * a.ld + h * a.D + e];
+      s += a.q[i * a.ld_q + h * a.D + e] * a.k[j * a.ld_kv + kv_head(a, h) + e];
     p[static_cast<size_t>(j)] = s * static_cast<double>(a.scale);
     mx = std::max(mx, p[static_cast<size_t>(j)]);
   }
   double sum = 0;
-  for (int64_t j = 0; j <= i; ++j) {
+  for (int64_t j = 0; j < a.T_kv; ++j) {
     if (!visible(a, i, j)) continue;
     p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx);
     sum += p[static_cast<size_t>(j)];
   }
-  for (int64_t j = 0; j <= i; ++j)
+  for (int64_t j = 0; j < a.T_kv; ++j)
     p[static_cast<size_t>(j)] = visible(a, i, j) ? p[static_cast<size_t>(j)] / sum : 0.0;
 }
 
@@ -90,8 +98,8 @@ void model_attention_forward(const AttentionArgs<double>& a, double* out, double
       attention_row(a, h, i, p);
       for (int64_t e = 0; e < a.D; ++e) {
         double y = 0;
-        for (int64_t j = 0; j <= i; ++j)
-          y += p[static_cast<size_t>(j)] * a.v[j * a.ld + h * a.D + e];
+        for (int64_t j = 0; j < a.T_kv; ++j)
+          y += p[static_cast<size_t>(j)] * a.v[j * a.ld_kv + kv_head(a, h) + e];
         out[i * a.H * a.D + h * a.D + e] = y;
       }
       lse[h * a.T + i] = 0;  // unused by this reference's backward
@@ -101,12 +109,14 @@ void model_attention_forward(const AttentionArgs<double>& a, double* out, double
 
 void model_attention_backward(const AttentionArgs<double>& a, const double*, const double*,
                               const double* dout, double* dq, double* dk, double* dv) {
+  if (a.T_kv != a.T) throw Error("attention backward: needs T_kv == T (training)");
   for (int64_t i = 0; i < a.T; ++i) {
-    for (int64_t e = 0; e < a.H * a.D; ++e)
-      dq[i * a.ld + e] = dk[i * a.ld + e] = dv[i * a.ld + e] = 0;
+    for (int64_t e = 0; e < a.H * a.D; ++e) dq[i * a.ld_q + e] = 0;
+    for (int64_t e = 0; e < a.H_kv * a.D; ++e) dk[i * a.ld_kv + e] = dv[i * a.ld_kv + e] = 0;
   }
   std::vector<double> p, dp;
   for (int64_t h = 0; h < a.H; ++h) {
+    const int64_t g = kv_head(a, h);
     for (int64_t i = 0; i < a.T; ++i) {
       attention_row(a, h, i, p);
       const double* go = dout + i * a.H * a.D + h * a.D;
@@ -114,20 +124,20 @@ void model_attention_backward(const AttentionArgs<double>& a, const double*, con
       double dot = 0;
       for (int64_t j = 0; j <= i; ++j) {
         if (p[static_cast<size_t>(j)] == 0.0) continue;
-        double g = 0;
+        double gj = 0;
         for (int64_t e = 0; e < a.D; ++e) {
-          g += go[e] * a.v[j * a.ld + h * a.D + e];
-          dv[j * a.ld + h * a.D + e] += p[static_cast<size_t>(j)] * go[e];
+          gj += go[e] * a.v[j * a.ld_kv + g + e];
+          dv[j * a.ld_kv + g + e] += p[static_cast<size_t>(j)] * go[e];
         }
-        dp[static_cast<size_t>(j)] = g;
-        dot += p[static_cast<size_t>(j)] * g;
+        dp[static_cast<size_t>(j)] = gj;
+        dot += p[static_cast<size_t>(j)] * gj;
       }
       for (int64_t j = 0; j <= i; ++j) {
         if (p[static_cast<size_t>(j)] == 0.0) continue;
         const double ds = p[static_cast<size_t>(j)] * (dp[static_cast<size_t>(j)] - dot) * a.scale;
         for (int64_t e = 0; e < a.D; ++e) {
-          dq[i * a.ld + h * a.D + e] += ds * a.k[j * a.ld + h * a.D + e];
-          dk[j * a.ld + h * a.D + e] += ds * a.q[i * a.ld + h * a.D + e];
+          dq[i * a.ld_q + h * a.D + e] += ds * a.k[j * a.ld_kv + g + e];
+          dk[j * a.ld_kv + g + e] += ds * a.q[i * a.ld_q + h * a.D + e];
         }
       }
     }

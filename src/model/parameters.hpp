@@ -21,23 +21,39 @@ enum class ParamGroup {
   kScalar,     // lambdas and skip weights: Adam
 };
 
+// How a tensor starts, recorded when it is added (the model's initialisation reads the role,
+// never the name).
+enum class ParamInit {
+  kZero,          // zeros: output projections (attn.c_proj, mlp.c_proj) and lm_head
+  kNormal,        // standard normal: token and value embeddings
+  kUniformFanIn,  // uniform ±√3·0.5·fan_in^-½ (fan_in = the last dimension): hidden matrices
+  kAttnLambdas,   // (0.5, 0.5): the value mix λa0·v + λa1·ve
+  kBlockLambdas,  // (1, 0): the residual mix λ0·x + λ1·x0
+  kOnes,          // ones: the U-net's skip weights
+};
+
 struct ParamTensor {
   std::string name;
   std::vector<int64_t> shape;
   size_t offset = 0;
   size_t numel = 0;
   ParamGroup group = ParamGroup::kScalar;
+  ParamInit init = ParamInit::kZero;
 };
 
 template <class Real>
 class ParameterSetT {
  public:
-  void add(const std::string& name, std::vector<int64_t> shape, ParamGroup group) {
+  // Returns the tensor's offset in the buffer (its place in values() and in the gradients).
+  size_t add(const std::string& name, std::vector<int64_t> shape, ParamGroup group,
+             ParamInit init = ParamInit::kZero) {
     size_t numel = 1;
     for (int64_t s : shape) numel *= static_cast<size_t>(s);
     index_[name] = tensors_.size();
-    tensors_.push_back({name, std::move(shape), total_, numel, group});
+    const size_t offset = total_;
+    tensors_.push_back({name, std::move(shape), offset, numel, group, init});
     total_ += numel;
+    return offset;
   }
   // Allocates storage (zeroed) once all tensors are added.
   void allocate() { values_.assign(total_, Real(0)); }

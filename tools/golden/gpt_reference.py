@@ -40,12 +40,17 @@ class GPTConfig:
     vocab_size: int = 50257
     num_layers: int = 12
     num_heads: int = 6
+    num_kv_heads: int = 0           # key/value heads (grouped-query attention); 0 = num_heads
     head_dim: int = 128
     model_dim: int = 768
     attn_free_layers: list = field(default_factory=lambda: [7])
     window_blocks: int = 8          # W: long layers see W blocks, short layers max(1, W // 2)
     seq_len: int = 1024
     eot_id: int = 50256
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
 
     @property
     def padded_vocab_size(self) -> int:
@@ -124,26 +129,43 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class CausalSelfAttention(nn.Module):
+    """With kv_heads < num_heads (grouped-query attention) k and v have kv_heads heads, query
+    head h reading k/v head h // (num_heads // kv_heads); the projections are then three
+    tensors q_w [H*D, d], k_w [H_kv*D, d], v_w [H_kv*D, d] instead of qkv_w [3, H*D, d]."""
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.num_heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.num_heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.kv_heads, cfg.head_dim
         hdim = cfg.num_heads * cfg.head_dim
-        self.qkv_w = nn.Parameter(torch.empty(3, hdim, cfg.model_dim))
+        kvdim = cfg.kv_heads * cfg.head_dim
+        if self.kv_heads == self.num_heads:
+            self.qkv_w = nn.Parameter(torch.empty(3, hdim, cfg.model_dim))
+        else:
+            self.q_w = nn.Parameter(torch.empty(hdim, cfg.model_dim))
+            self.k_w = nn.Parameter(torch.empty(kvdim, cfg.model_dim))
+            self.v_w = nn.Parameter(torch.empty(kvdim, cfg.model_dim))
         self.lambdas = nn.Parameter(torch.empty(2))
         self.c_proj = nn.Linear(hdim, cfg.model_dim, bias=False)
 
     def forward(self, x, ve, mask, cos, sin):
         T = x.shape[0]
-        H, D = self.num_heads, self.head_dim
-        q = (x @ self.qkv_w[0].T).view(T, H, D)
-        k = (x @ self.qkv_w[1].T).view(T, H, D)
-        v = (x @ self.qkv_w[2].T).view(T, H, D)
+        H, Hkv, D = self.num_heads, self.kv_heads, self.head_dim
+        if Hkv == H:
+            q_w, k_w, v_w = self.qkv_w[0], self.qkv_w[1], self.qkv_w[2]
+        else:
+            q_w, k_w, v_w = self.q_w, self.k_w, self.v_w
+        q = (x @ q_w.T).view(T, H, D)
+        k = (x @ k_w.T).view(T, Hkv, D)
+        v = (x @ v_w.T).view(T, Hkv, D)
         q, k = rms_norm(q), rms_norm(k)                   # QK-norm, per head over head_dim
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if ve is not None:
-            v = self.lambdas[0] * v + self.lambdas[1] * ve.view(T, H, D)
+            v = self.lambdas[0] * v + self.lambdas[1] * ve.view(T, Hkv, D)
         else:
             v = self.lambdas[0] * v
+        # Each k/v head serves H // Hkv consecutive query heads: repeat them to H heads.
+        k = k.repeat_interleave(H // Hkv, dim=1)
+        v = v.repeat_interleave(H // Hkv, dim=1)
         q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [H, T, D]
         scores = QK_SCALE * (q @ k.transpose(1, 2))                         # [H, T, T]
         scores = scores.masked_fill(~mask[None], float("-inf"))
@@ -183,10 +205,13 @@ class GPT(nn.Module):
         super().__init__()
         assert cfg.num_layers % 2 == 0 and cfg.num_layers >= 6
         assert cfg.head_dim % 4 == 0
+        assert cfg.num_heads % cfg.kv_heads == 0
         self.config = cfg
         V, Vp, d = cfg.vocab_size, cfg.padded_vocab_size, cfg.model_dim
         self.embed = nn.Embedding(V, d)
-        self.value_embeds = nn.ModuleList([nn.Embedding(V, d) for _ in range(3)])
+        # Value embeddings are mixed into v: kv_heads * head_dim wide (d without GQA).
+        kvdim = cfg.kv_heads * cfg.head_dim
+        self.value_embeds = nn.ModuleList([nn.Embedding(V, kvdim) for _ in range(3)])
         self.blocks = nn.ModuleList([Block(cfg, i) for i in range(cfg.num_layers)])
         self.lm_head = nn.Linear(d, Vp, bias=False)
         self.skip_weights = nn.Parameter(torch.empty(cfg.num_layers // 2))

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Writes tests/data/golden_model_small.safetensors: parameters, tokens, loss, gradients and a few
-activations of a small GPT (gpt_reference.py), computed in float64 from float32 parameters.
+"""Writes tests/data/golden_model_small.safetensors and tests/data/golden_model_gqa.safetensors:
+parameters, tokens, loss, gradients and a few activations of a small GPT (gpt_reference.py), the
+second with grouped-query attention (4 query heads sharing 2 key/value heads), computed in float64
+from float32 parameters.
 
-Usage: /usr/bin/python3 tools/golden/make_model_golden.py [output path]
+Usage: /usr/bin/python3 tools/golden/make_model_golden.py [output directory]
 
 Runs sanity checks first (finite differences vs autograd, mask sensitivity, mask equivalence with
 modded-nanogpt's block-sparse construction) and fails loudly if any of them does not hold.
@@ -23,10 +25,20 @@ from gpt_reference import (BLOCK_SIZE, GPT, GPTConfig, attention_mask, document_
 from safetensors_io import load_file, save_file  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_OUT = os.path.join(REPO, "tests", "data", "golden_model_small.safetensors")
+DEFAULT_DIR = os.path.join(REPO, "tests", "data")
 
 CONFIG = GPTConfig(vocab_size=300, num_layers=8, num_heads=2, head_dim=16, model_dim=32,
                    attn_free_layers=[4], window_blocks=2, seq_len=384, eot_id=299)
+# Grouped-query attention: query heads 0, 1 read key/value head 0, heads 2, 3 head 1.
+GQA_CONFIG = GPTConfig(vocab_size=300, num_layers=8, num_heads=4, num_kv_heads=2, head_dim=8,
+                       model_dim=32, attn_free_layers=[4], window_blocks=2, seq_len=384,
+                       eot_id=299)
+# (file name, configuration, the projections the finite differences check)
+GOLDEN_FILES = [
+    ("golden_model_small.safetensors", CONFIG, ["blocks.0.attn.qkv_w", "blocks.7.attn.qkv_w"]),
+    ("golden_model_gqa.safetensors", GQA_CONFIG,
+     ["blocks.0.attn.q_w", "blocks.2.attn.k_w", "blocks.7.attn.v_w"]),
+]
 # Irregular EOT positions in tokens[0..T]: one at 0, an adjacent pair (37, 38), and a document
 # (101..340) that spans all three 128-token blocks, so the long window (2 blocks) truncates it.
 EOT_POSITIONS = [0, 37, 38, 101, 341, 372]
@@ -65,8 +77,11 @@ def expected_param_names(cfg: GPTConfig) -> list:
     names = ["embed.weight"] + [f"value_embeds.{i}.weight" for i in range(3)]
     for i in range(cfg.num_layers):
         if i not in cfg.attn_free_layers:
-            names += [f"blocks.{i}.attn.qkv_w", f"blocks.{i}.attn.lambdas",
-                      f"blocks.{i}.attn.c_proj.weight"]
+            if cfg.kv_heads == cfg.num_heads:
+                names += [f"blocks.{i}.attn.qkv_w"]
+            else:  # one tensor each, consecutive
+                names += [f"blocks.{i}.attn.q_w", f"blocks.{i}.attn.k_w", f"blocks.{i}.attn.v_w"]
+            names += [f"blocks.{i}.attn.lambdas", f"blocks.{i}.attn.c_proj.weight"]
         names += [f"blocks.{i}.mlp.c_fc.weight", f"blocks.{i}.mlp.c_proj.weight",
                   f"blocks.{i}.lambdas"]
     return names + ["lm_head.weight", "skip_weights"]
@@ -140,16 +155,16 @@ class FrozenReluPattern:
         return False
 
 
-def finite_difference_checks(model, inp, tgt, gen) -> float:
+def finite_difference_checks(model, inp, tgt, gen, projections) -> float:
     """5-point central differences (float64, frozen ReLU pattern) vs autograd on random entries
     of several parameters. Entries whose gradient is below 1e-6 in magnitude are re-drawn: there
     the float64 round-off of the loss (~1e-15 * 6 / h) is no longer negligible against 1e-6."""
     params = dict(model.named_parameters())
     present = sorted(set(inp.tolist()))
     checks = ["embed.weight", "value_embeds.1.weight", "value_embeds.2.weight",
-              "blocks.0.attn.qkv_w", "blocks.1.attn.lambdas", "blocks.3.attn.c_proj.weight",
+              "blocks.1.attn.lambdas", "blocks.3.attn.c_proj.weight",
               "blocks.4.mlp.c_fc.weight", "blocks.5.mlp.c_proj.weight", "blocks.6.lambdas",
-              "blocks.7.attn.qkv_w", "lm_head.weight", "skip_weights"]
+              "lm_head.weight", "skip_weights"] + projections
     h = 1e-3
     worst = 0.0
     with torch.no_grad(), FrozenReluPattern():
@@ -189,10 +204,8 @@ def finite_difference_checks(model, inp, tgt, gen) -> float:
     return worst
 
 
-def main():
-    out_path = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_OUT
-    torch.set_num_threads(1)
-    cfg = CONFIG
+def make_golden(cfg: GPTConfig, out_path: str, projections: list) -> None:
+    print(f"== {out_path}")
     T, L = cfg.seq_len, cfg.num_layers
     gen = torch.Generator().manual_seed(SEED)
 
@@ -289,7 +302,7 @@ def main():
     fd_gen = torch.Generator().manual_seed(SEED + 1)
     model.zero_grad(set_to_none=True)
     model(inp, tgt).backward()  # identical to `grads`; recomputed so p.grad is populated
-    worst = finite_difference_checks(model, inp, tgt, fd_gen)
+    worst = finite_difference_checks(model, inp, tgt, fd_gen, projections)
     print(f"  worst relative error {worst:.2e}")
     for n, p in model.named_parameters():  # the checks must have restored every parameter
         assert torch.equal(p.detach(), params32[n].double()), n
@@ -306,9 +319,11 @@ def main():
         tensors[f"act/block_out.{i}"] = record[f"block_out.{i}"].float().numpy()
     tensors["act/final_norm"] = record["final_norm"].float().numpy()
     tensors["act/logits_capped"] = record["logits_capped"][:4].float().numpy()
-    config_json = json.dumps({k: asdict(cfg)[k] for k in (
-        "vocab_size", "num_layers", "num_heads", "head_dim", "model_dim", "attn_free_layers",
-        "window_blocks", "seq_len", "eot_id")}, separators=(",", ":"))
+    keys = ["vocab_size", "num_layers", "num_heads", "head_dim", "model_dim", "attn_free_layers",
+            "window_blocks", "seq_len", "eot_id"]
+    if cfg.num_kv_heads:  # only where set, so the base model's file stays as it was
+        keys.insert(3, "num_kv_heads")
+    config_json = json.dumps({k: asdict(cfg)[k] for k in keys}, separators=(",", ":"))
     metadata = {"config": config_json,
                 "generator": f"tools/golden/make_model_golden.py torch {torch.__version__}"}
     save_file(tensors, out_path, metadata)
@@ -320,6 +335,13 @@ def main():
     size = os.path.getsize(out_path)
     assert size < 2 * 1024 * 1024, size
     print(f"wrote {out_path} ({size} bytes, {len(tensors)} tensors)")
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_DIR
+    torch.set_num_threads(1)
+    for file_name, cfg, projections in GOLDEN_FILES:
+        make_golden(cfg, os.path.join(out_dir, file_name), projections)
 
 
 if __name__ == "__main__":

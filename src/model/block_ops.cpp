@@ -1,0 +1,273 @@
+#include "model/block_ops.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/dot.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "runtime/integer_math.hpp"
+#include "runtime/profiler.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+// The element-wise passes run over fixed blocks of token rows. Block boundaries depend only on
+// T, and reductions keep one partial sum per block, added in block order, so results are
+// bitwise the same on any number of threads.
+constexpr int64_t kRowBlock = 32;
+
+int64_t row_blocks(int64_t T) {
+  return ceil_div(T, kRowBlock);
+}
+
+// fn(block, t0, t1) for each block of rows [t0, t1), as one profiled operation that moves
+// about `floats_per_row` values of 4 bytes per row.
+template <class Fn>
+void for_row_blocks(const char* name, int64_t T, int64_t floats_per_row, Fn&& fn) {
+  ProfileScope scope("elementwise", name, {T}, 0.0, 4.0 * static_cast<double>(T * floats_per_row));
+  const int64_t blocks = row_blocks(T);
+  if (blocks == 1) {
+    fn(int64_t{0}, int64_t{0}, T);
+    return;
+  }
+  ThreadPool::current().parallel_for(static_cast<size_t>(blocks), [&](size_t b, int) {
+    const int64_t t0 = static_cast<int64_t>(b) * kRowBlock;
+    fn(static_cast<int64_t>(b), t0, std::min(T, t0 + kRowBlock));
+  });
+}
+
+// Σ over blocks of k per-block partial sums, in block order.
+template <size_t k>
+std::array<double, k> sum_blocks(const std::vector<std::array<double, k>>& partial) {
+  std::array<double, k> total{};
+  for (const auto& p : partial) {
+    for (size_t i = 0; i < k; ++i) total[i] += p[i];
+  }
+  return total;
+}
+
+}  // namespace
+
+template <class Real>
+void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
+                    const Real* x, const Real* W, Real beta, Real* y,
+                    const ReluSquaredEpilogue<Real>& epilogue) {
+  if (epilogue.relu_squared) {
+    model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, Real(1), x, n_in, W, n_in,
+               beta, y, n_out, epilogue);
+  } else {
+    model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, Real(1), x, n_in, W, n_in,
+               beta, y, n_out);
+  }
+}
+
+template <class Real>
+void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
+                            int64_t n_out, const Real* dy, const Real* x, Real* dW) {
+  model_gemm(precision, name, Trans::kYes, Trans::kNo, n_out, n_in, T, Real(1), dy, n_out, x, n_in,
+             Real(1), dW, n_in);
+}
+
+template <class Real>
+void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
+                           int64_t n_out, const Real* dy, const Real* W, Real* dx,
+                           const ReluSquaredEpilogue<Real>& epilogue) {
+  if (epilogue.relu_squared_output != nullptr) {
+    model_gemm(precision, name, Trans::kNo, Trans::kNo, T, n_in, n_out, Real(1), dy, n_out, W, n_in,
+               Real(0), dx, n_in, epilogue);
+  } else {
+    model_gemm(precision, name, Trans::kNo, Trans::kNo, T, n_in, n_out, Real(1), dy, n_out, W, n_in,
+               Real(0), dx, n_in);
+  }
+}
+
+template <class Real>
+void embed_norm_forward(int64_t T, int64_t d, const int32_t* tokens, const Real* embed, Real* x0,
+                        Real* rstd0) {
+  for_row_blocks("embed.norm", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      std::memcpy(&x0[t * d], embed + tokens[t] * d, d * sizeof(Real));
+    rmsnorm_forward(&x0[t0 * d], d, &x0[t0 * d], d, &rstd0[t0], t1 - t0, d);
+  });
+}
+
+template <class Real>
+void embed_norm_backward(int64_t T, int64_t d, const int32_t* tokens, const Real* x0,
+                         const Real* rstd0, Real* dx0, const Real* dx, Real* dnorm, Real* dembed) {
+  for_row_blocks("embed.norm.bwd", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
+    for (int64_t j = t0 * d; j < t1 * d; ++j) dx0[j] += dx[j];
+    rmsnorm_backward(&x0[t0 * d], d, &rstd0[t0], &dx0[t0 * d], d, &dnorm[t0 * d], d, t1 - t0, d,
+                     false);
+  });
+  for (int64_t t = 0; t < T; ++t) {
+    Real* row = dembed + tokens[t] * d;
+    const Real* src = &dnorm[t * d];
+    for (int64_t e = 0; e < d; ++e) row[e] += src[e];
+  }
+}
+
+template <class Real>
+void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* skip_src, Real skip,
+                          const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
+                          Real* norm, Real* rstd) {
+  for_row_blocks("residual_mix.norm1", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
+    for (int64_t j = t0 * d; j < t1 * d; ++j) {
+      const Real xi = skip_src != nullptr ? x_prev[j] + skip * skip_src[j] : x_prev[j];
+      x_in[j] = xi;
+      x_mix[j] = l0 * xi + l1 * x0[j];
+      x_res[j] = x_mix[j];
+    }
+    if (norm != nullptr)
+      rmsnorm_forward(&x_mix[t0 * d], d, &norm[t0 * d], d, &rstd[t0], t1 - t0, d);
+  });
+}
+
+template <class Real>
+std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_in, const Real* x0,
+                                            const Real* skip_src, Real skip, Real l0, Real l1,
+                                            Real* dx, Real* dx0, Real* dskip_src) {
+  std::vector<std::array<double, 3>> partial(static_cast<size_t>(row_blocks(T)));
+  for_row_blocks("residual_mix.bwd", T, 7 * d, [&](int64_t b, int64_t t0, int64_t t1) {
+    const int64_t j0 = t0 * d, len = (t1 - t0) * d;
+    const double dl0 = dot_double(dx + j0, x_in + j0, len);
+    const double dl1 = dot_double(dx + j0, x0 + j0, len);
+    for (int64_t j = j0; j < j0 + len; ++j) {
+      const Real gm = dx[j];
+      dx0[j] += l1 * gm;
+      dx[j] = l0 * gm;  // d(x_in)
+    }
+    double dsw = 0;
+    if (skip_src != nullptr) {
+      dsw = dot_double(dx + j0, skip_src + j0, len);
+      for (int64_t j = j0; j < j0 + len; ++j) dskip_src[j] += skip * dx[j];
+    }
+    partial[static_cast<size_t>(b)] = {dl0, dl1, dsw};
+  });
+  return sum_blocks(partial);
+}
+
+template <class Real>
+void rmsnorm_rows_forward(const char* name, int64_t T, int64_t d, const Real* x, Real* y,
+                          Real* rstd, Real* copy) {
+  for_row_blocks(name, T, (copy != nullptr ? 3 : 2) * d, [&](int64_t, int64_t t0, int64_t t1) {
+    rmsnorm_forward(x + t0 * d, d, &y[t0 * d], d, &rstd[t0], t1 - t0, d);
+    if (copy != nullptr) std::memcpy(&copy[t0 * d], &x[t0 * d], (t1 - t0) * d * sizeof(Real));
+  });
+}
+
+template <class Real>
+void rmsnorm_rows_backward(const char* name, int64_t T, int64_t d, const Real* y, const Real* rstd,
+                           const Real* dy, Real* dx, bool accumulate) {
+  for_row_blocks(name, T, (accumulate ? 4 : 3) * d, [&](int64_t, int64_t t0, int64_t t1) {
+    rmsnorm_backward(&y[t0 * d], d, &rstd[t0], &dy[t0 * d], d, &dx[t0 * d], d, t1 - t0, d,
+                     accumulate);
+  });
+}
+
+template <class Real>
+void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx) {
+  for_row_blocks(name, T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
+    for (int64_t j = t0 * d; j < t1 * d; ++j) dx[j] += ds[j];
+  });
+}
+
+template <class Real>
+void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTableT<Real>& rotary,
+                                  const int64_t* pos, const int32_t* tokens, const Real* ve,
+                                  Real la0, Real la1, const Real* raw, Real* rstd_qk, Real* qkv) {
+  const int64_t row = s.row(), heads = s.Hq + s.Hkv, v_at = heads * s.D, kv = s.kv_width();
+  for_row_blocks("qk_norm.rotary.v_mix", T, row, [&](int64_t, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const Real* in = &raw[t * row];
+      Real* out = &qkv[t * row];
+      // q and k: Hq + Hkv heads of D, normalised per head, then rotated.
+      rmsnorm_forward(in, s.D, out, s.D, &rstd_qk[t * heads], heads, s.D);
+      rotary.apply(out, heads, pos[t]);
+      const Real* vrow = ve == nullptr ? nullptr : ve + tokens[t] * kv;
+      for (int64_t e = 0; e < kv; ++e) {
+        out[v_at + e] = la0 * in[v_at + e] + (vrow != nullptr ? la1 * vrow[e] : Real(0));
+      }
+    }
+  });
+}
+
+template <class Real>
+std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s,
+                                                    const RotaryTableT<Real>& rotary,
+                                                    const int64_t* pos, const int32_t* tokens,
+                                                    const Real* ve, Real* dve, Real la0, Real la1,
+                                                    const Real* raw, const Real* rstd_qk,
+                                                    const Real* qkv, Real* scratch, Real* dqkv) {
+  const int64_t row = s.row(), heads = s.Hq + s.Hkv, v_at = heads * s.D, kv = s.kv_width();
+  // Tokens repeat, so rows of the value embedding's gradient are shared: accumulated serially,
+  // in token order, before the parallel pass rescales dv.
+  if (dve != nullptr) {
+    for (int64_t t = 0; t < T; ++t) {
+      const Real* gv = &dqkv[t * row + v_at];
+      Real* dvrow = dve + tokens[t] * kv;
+      for (int64_t e = 0; e < kv; ++e) dvrow[e] += la1 * gv[e];
+    }
+  }
+  std::vector<std::array<double, 2>> dla(static_cast<size_t>(row_blocks(T)));
+  for_row_blocks("qk_norm.rotary.v_mix.bwd", T, 3 * row, [&](int64_t b, int64_t t0, int64_t t1) {
+    double dla0 = 0, dla1 = 0;
+    for (int64_t t = t0; t < t1; ++t) {
+      Real* drow = &dqkv[t * row];
+      const Real* in = &raw[t * row];
+      const Real* vrow = ve == nullptr ? nullptr : ve + tokens[t] * kv;
+      dla0 += dot_double(drow + v_at, in + v_at, kv);
+      if (vrow != nullptr) dla1 += dot_double(drow + v_at, vrow, kv);
+      for (int64_t e = 0; e < kv; ++e) drow[v_at + e] *= la0;
+      // q, k: undo the rotation on the gradient, then the per-head norm. scratch holds each
+      // token's normalised q, k before RoPE.
+      rotary.apply_inverse(drow, heads, pos[t]);
+      Real* y = &scratch[t * v_at];
+      std::memcpy(y, &qkv[t * row], v_at * sizeof(Real));
+      rotary.apply_inverse(y, heads, pos[t]);
+      rmsnorm_backward(y, s.D, &rstd_qk[t * heads], drow, s.D, drow, s.D, heads, s.D, false);
+    }
+    dla[static_cast<size_t>(b)] = {dla0, dla1};
+  });
+  return sum_blocks(dla);
+}
+
+#define NANOGPT_INSTANTIATE_BLOCK_OPS(Real)                                                        \
+  template void linear_forward<Real>(Precision, const char*, int64_t, int64_t, int64_t,            \
+                                     const Real*, const Real*, Real, Real*,                        \
+                                     const ReluSquaredEpilogue<Real>&);                            \
+  template void linear_backward_weight<Real>(Precision, const char*, int64_t, int64_t, int64_t,    \
+                                             const Real*, const Real*, Real*);                     \
+  template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
+                                            const Real*, const Real*, Real*,                       \
+                                            const ReluSquaredEpilogue<Real>&);                     \
+  template void embed_norm_forward<Real>(int64_t, int64_t, const int32_t*, const Real*, Real*,     \
+                                         Real*);                                                   \
+  template void embed_norm_backward<Real>(int64_t, int64_t, const int32_t*, const Real*,           \
+                                          const Real*, Real*, const Real*, Real*, Real*);          \
+  template void residual_mix_forward<Real>(int64_t, int64_t, const Real*, const Real*, Real,       \
+                                           const Real*, Real, Real, Real*, Real*, Real*, Real*,    \
+                                           Real*);                                                 \
+  template std::array<double, 3> residual_mix_backward<Real>(int64_t, int64_t, const Real*,        \
+                                                             const Real*, const Real*, Real, Real, \
+                                                             Real, Real*, Real*, Real*);           \
+  template void rmsnorm_rows_forward<Real>(const char*, int64_t, int64_t, const Real*, Real*,      \
+                                           Real*, Real*);                                          \
+  template void rmsnorm_rows_backward<Real>(const char*, int64_t, int64_t, const Real*,            \
+                                            const Real*, const Real*, Real*, bool);                \
+  template void add_rows<Real>(const char*, int64_t, int64_t, const Real*, Real*);                 \
+  template void qk_norm_rotary_v_mix_forward<Real>(                                                \
+      int64_t, const QkvShape&, const RotaryTableT<Real>&, const int64_t*, const int32_t*,         \
+      const Real*, Real, Real, const Real*, Real*, Real*);                                         \
+  template std::array<double, 2> qk_norm_rotary_v_mix_backward<Real>(                              \
+      int64_t, const QkvShape&, const RotaryTableT<Real>&, const int64_t*, const int32_t*,         \
+      const Real*, Real*, Real, Real, const Real*, const Real*, const Real*, Real*, Real*);
+
+NANOGPT_INSTANTIATE_BLOCK_OPS(float)
+NANOGPT_INSTANTIATE_BLOCK_OPS(double)
+
+#undef NANOGPT_INSTANTIATE_BLOCK_OPS
+
+}  // namespace nanogpt

@@ -1,0 +1,98 @@
+// The GPT's named operations, forward and backward: each is one pass (or one product) over T
+// token rows, so a block reads top to bottom as a column of named calls on named activations
+// (gpt.cpp). Element-wise passes run over fixed blocks of 32 token rows on the thread pool and
+// sum their reductions per block, in block order, so results are bitwise the same on any
+// number of threads. Templated on the scalar type: float trains, double runs the same math for
+// finite-difference checks (explicit instantiations in block_ops.cpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "kernels/rotary.hpp"
+#include "model/model_kernels.hpp"
+#include "model/qkv_shape.hpp"
+
+namespace nanogpt {
+
+// --- Linear layers: y = x·Wᵀ for T rows, W [n_out, n_in] (PyTorch's nn.Linear layout). -------
+
+// y = x·Wᵀ + beta·y (beta 1: the product lands on a residual stream), with an optional relu²
+// epilogue (ReluSquaredEpilogue::relu_squared: y = relu²(x·Wᵀ), the MLP's c_fc).
+template <class Real>
+void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
+                    const Real* x, const Real* W, Real beta, Real* y,
+                    const ReluSquaredEpilogue<Real>& epilogue = {});
+// dW += dyᵀ·x.
+template <class Real>
+void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
+                            int64_t n_out, const Real* dy, const Real* x, Real* dW);
+// dx = dy·W, with an optional epilogue (relu_squared_output H: dx becomes the gradient of the
+// relu²'s input, 2·√H·dx, mlp.c_proj's input gradient).
+template <class Real>
+void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
+                           int64_t n_out, const Real* dy, const Real* W, Real* dx,
+                           const ReluSquaredEpilogue<Real>& epilogue = {});
+
+// --- Norms and the residual stream ([T, d] rows). ---------------------------------------------
+
+// x0 = rmsnorm(embed[tokens]).
+template <class Real>
+void embed_norm_forward(int64_t T, int64_t d, const int32_t* tokens, const Real* embed, Real* x0,
+                        Real* rstd0);
+// dembed[tokens] += rmsnorm'(dx0 + dx): the embedding's gradient from x0's (dx0, the x0 mixes
+// of every block) and the first block's input's (dx). Rows of a repeated token are summed
+// serially, in token order. dnorm is scratch.
+template <class Real>
+void embed_norm_backward(int64_t T, int64_t d, const int32_t* tokens, const Real* x0,
+                         const Real* rstd0, Real* dx0, const Real* dx, Real* dnorm, Real* dembed);
+
+// The residual mix at a block's entry, in one pass:
+//   x_in = x_prev + skip·skip_src  (skip_src null: x_in = x_prev; the U-net's second half)
+//   x_mix = λ0·x_in + λ1·x0;  x_res = x_mix (the residual the block's branches add to)
+//   norm = rmsnorm(x_mix), rstd   (norm null: not computed; attention-free blocks)
+template <class Real>
+void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* skip_src, Real skip,
+                          const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
+                          Real* norm, Real* rstd);
+// Backward of the mix. dx holds d(x_mix) on entry and d(x_prev) on return; dx0 += λ1·dx_mix,
+// dskip_src += skip·d(x_in) (if skip_src). Returns Σ d(x_mix)·x_in, Σ d(x_mix)·x0 (the lambdas'
+// gradients) and Σ d(x_in)·skip_src (the skip weight's).
+template <class Real>
+std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_in, const Real* x0,
+                                            const Real* skip_src, Real skip, Real l0, Real l1,
+                                            Real* dx, Real* dx0, Real* dskip_src);
+
+// y = rmsnorm(x) (and copy = x, if not null: the residual the next branch adds to), by rows.
+template <class Real>
+void rmsnorm_rows_forward(const char* name, int64_t T, int64_t d, const Real* x, Real* y,
+                          Real* rstd, Real* copy = nullptr);
+// dx = rmsnorm'(dy) (accumulate: dx += rmsnorm'(dy)), by rows.
+template <class Real>
+void rmsnorm_rows_backward(const char* name, int64_t T, int64_t d, const Real* y, const Real* rstd,
+                           const Real* dy, Real* dx, bool accumulate);
+// dx += ds: a skip's gradient joins the residual's.
+template <class Real>
+void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx);
+
+// --- Attention's inputs. ----------------------------------------------------------------------
+
+// From the projection's raw rows to attention's inputs, one pass:
+//   q, k = rope(rmsnorm per head(q, k)) at position pos[t]; rstd_qk [T, Hq + Hkv]
+//   v = λa0·v + λa1·ve[tokens[t]]   (ve null: v = λa0·v); ve rows are kv_width wide
+template <class Real>
+void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTableT<Real>& rotary,
+                                  const int64_t* pos, const int32_t* tokens, const Real* ve,
+                                  Real la0, Real la1, const Real* raw, Real* rstd_qk, Real* qkv);
+// Backward: dqkv (attention's input gradients) becomes the gradient of raw, in place;
+// dve[tokens[t]] += λa1·dv (serially, in token order). qkv is the forward's output, scratch a
+// [T, (Hq + Hkv)·D] buffer. Returns Σ dv·v_raw and Σ dv·ve (the attention lambdas' gradients).
+template <class Real>
+std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s,
+                                                    const RotaryTableT<Real>& rotary,
+                                                    const int64_t* pos, const int32_t* tokens,
+                                                    const Real* ve, Real* dve, Real la0, Real la1,
+                                                    const Real* raw, const Real* rstd_qk,
+                                                    const Real* qkv, Real* scratch, Real* dqkv);
+
+}  // namespace nanogpt
