@@ -95,14 +95,6 @@ TEST(MoeRouting, EmptyExpertsAndNoTokens) {
   EXPECT_EQ(none.rows(), 0);
 }
 
-// The dense reference: expert outputs indexed [token][expert] (only routed pairs are read), and
-// the tokens × experts weight matrix.
-struct Dense {
-  int64_t tokens, experts, d;
-  std::vector<double> weight;  // [t][e], 0 where not routed
-  std::vector<double> out;     // [t][e][j]
-};
-
 TEST(MoeRouting, GatherAndCombineMatchDenseReference) {
   const int64_t d = 19, ldx = 23;
   const Routing r = random_routing(130, 8, 2, 2);
@@ -127,14 +119,18 @@ TEST(MoeRouting, GatherAndCombineMatchDenseReference) {
   // Expert outputs Ye (any values), combined with the weights, against the dense sum
   // Y[t] = Σ_e W[t][e]·out[t][e].
   const std::vector<float> Ye = random_values(Xe.size(), rng);
-  Dense dense{r.tokens, r.experts, d, {}, {}};
-  dense.weight.assign(static_cast<size_t>(r.tokens * r.experts), 0.0);
-  dense.out.assign(static_cast<size_t>(r.tokens * r.experts * d), 0.0);
-  for (int64_t row = 0; row < plan.rows(); ++row) {
-    const int64_t entry = plan.entry_of_row[row], t = entry / r.top_k;
-    const int32_t e = r.ids[entry];
-    dense.weight[t * r.experts + e] = r.weights[entry];
-    for (int64_t j = 0; j < d; ++j) dense.out[(t * r.experts + e) * d + j] = Ye[row * d + j];
+  // The dense reference: the tokens × experts weight matrix (0 where not routed) and expert
+  // outputs indexed [token][expert][j], expert e's rows taken in token order (not from the plan).
+  std::vector<double> dense_weight(static_cast<size_t>(r.tokens * r.experts), 0.0);
+  std::vector<double> dense_out(static_cast<size_t>(r.tokens * r.experts * d), 0.0);
+  std::vector<int64_t> next_row(plan.offsets.begin(), plan.offsets.end() - 1);
+  for (int64_t t = 0; t < r.tokens; ++t) {
+    for (int64_t s = 0; s < r.top_k; ++s) {
+      const int32_t e = r.ids[t * r.top_k + s];
+      const int64_t row = next_row[e]++;
+      dense_weight[t * r.experts + e] = r.weights[t * r.top_k + s];
+      for (int64_t j = 0; j < d; ++j) dense_out[(t * r.experts + e) * d + j] = Ye[row * d + j];
+    }
   }
   const int64_t ldy = d + 2;
   std::vector<float> Y0 = random_values(static_cast<size_t>(r.tokens * ldy), rng);
@@ -151,7 +147,7 @@ TEST(MoeRouting, GatherAndCombineMatchDenseReference) {
         double want = accumulate ? Y0[idx] : 0.0, magnitude = accumulate ? std::abs(Y0[idx]) : 0;
         for (int64_t e = 0; e < r.experts; ++e) {
           const double term =
-              dense.weight[t * r.experts + e] * dense.out[(t * r.experts + e) * d + j];
+              dense_weight[t * r.experts + e] * dense_out[(t * r.experts + e) * d + j];
           want += term;
           magnitude += std::abs(term);
         }
