@@ -26,6 +26,7 @@
 #include "kernels/attention_shape.hpp"
 #include "kernels/attention_tile_math.hpp"
 #include "kernels/attention_work.hpp"
+#include "kernels/dot.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/tile_gemm.hpp"
 #include "runtime/aligned_memory.hpp"
@@ -100,7 +101,10 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
           round_row_to_bf16(dout_row, D, rounded);
           dout_row = rounded;
         }
-        delta[static_cast<size_t>(h * T + i)] = dot_double(dout_row, out + i * hd + h * D, D);
+        // Σ in double, rounded once: Delta is subtracted from every dP of its row, so its error
+        // would land on every dS.
+        delta[static_cast<size_t>(h * T + i)] =
+            static_cast<float>(dot_double(dout_row, out + i * hd + h * D, D));
       }
     });
 

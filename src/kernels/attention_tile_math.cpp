@@ -1,6 +1,5 @@
 #include "kernels/attention_tile_math.hpp"
 
-#include <cstring>
 
 #include "kernels/attention_mask.hpp"
 #include "kernels/bf16.hpp"
@@ -84,26 +83,6 @@ void round_row_to_bf16(const float* src, int64_t n, float* dst) {
     return;
   }
   for (int64_t e = 0; e < n; ++e) dst[e] = round_to_bf16(src[e]);
-}
-
-using f32x8 = float __attribute__((vector_size(32)));
-using f64x8 = double __attribute__((vector_size(64)));
-
-NANOGPT_TARGET_CLONES float dot_double(const float* a, const float* b, int64_t n) {
-  constexpr int64_t kLanes = 8;
-  // Vector types spell out the lane-wise sum; GCC does not vectorize it from scalar loops.
-  f64x8 lanes = {};
-  int64_t e = 0;
-  for (; e + kLanes <= n; e += kLanes) {
-    f32x8 x, y;
-    std::memcpy(&x, a + e, sizeof x);
-    std::memcpy(&y, b + e, sizeof y);
-    lanes += __builtin_convertvector(x, f64x8) * __builtin_convertvector(y, f64x8);
-  }
-  for (; e < n; ++e) lanes[0] += static_cast<double>(a[e]) * b[e];
-  double sum = 0;
-  for (int64_t c = 0; c < kLanes; ++c) sum += lanes[c];
-  return static_cast<float>(sum);
 }
 
 NANOGPT_TARGET_CLONES void scale_rows(float* o, int64_t rows, int64_t n, const float* alpha) {

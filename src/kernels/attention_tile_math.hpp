@@ -36,9 +36,4 @@ void probs_and_grads_tile(float* s, float* dp, int64_t nq, const int32_t* lo, co
 // as it should (it halves the error of dq and dk).
 void round_row_to_bf16(const float* src, int64_t n, float* dst);
 
-// Σ a·b in double, rounded once: Delta = dO·O is subtracted from every dP of its row, so its
-// error would land on every dS. Fixed lanes keep the order (and the result) independent of ISA
-// choices the compiler makes, while still vectorizing.
-float dot_double(const float* a, const float* b, int64_t n);
-
 }  // namespace nanogpt
