@@ -17,7 +17,7 @@
 #include "kernels/matmul.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
-#include "test_support_kernels.hpp"
+#include "support/kernels.hpp"
 
 namespace nanogpt {
 namespace {
