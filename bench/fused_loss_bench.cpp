@@ -33,6 +33,7 @@
 #include "kernels/fused_linear_cross_entropy.hpp"
 #include "load_average.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 
 namespace {
 
@@ -130,6 +131,7 @@ struct Result {
   double loss;
   double median_seconds, min_seconds, max_seconds;
   int64_t baseline_rss, peak_hwm, workspace_bytes, row_block;
+  int64_t workspace_peak_bytes;  // measured: the kernels' Workspace, GEMM packing included
   double dx_norm, dW_norm;
   int hwm_reset;  // 1 if clear_refs reset the high-water mark (else peak includes the setup)
   int threads;
@@ -176,6 +178,10 @@ Result measure(const Options& o, bool fused) {
   p.row_block = o.row_block;
   p.precision = o.precision == "bf16" ? nanogpt::Precision::kBf16 : nanogpt::Precision::kFp32;
 
+  // The calls' scratch (logits, gradients, GEMM packing) in a workspace of the benchmark's own,
+  // so its peak can be reported.
+  nanogpt::Workspace workspace("fused_loss_bench");
+  nanogpt::Workspace::Use use_workspace(workspace);
   Result r{};
   r.threads = nanogpt::ThreadPool::current().size();  // starts the pool before the baseline
   r.workspace_bytes =
@@ -217,6 +223,7 @@ Result measure(const Options& o, bool fused) {
   r.min_seconds = seconds.front();
   r.max_seconds = seconds.back();
   r.peak_hwm = status_bytes("VmHWM");
+  r.workspace_peak_bytes = static_cast<int64_t>(workspace.peak_bytes());
   r.load_after = nanogpt::bench::load_average();
   return r;
 }
@@ -299,6 +306,7 @@ int main(int argc, char** argv) {
         {"baseline_rss_bytes", r.baseline_rss},
         {"child_max_rss_bytes", child_max_rss},
         {"hwm_reset", r.hwm_reset == 1},
+        {"workspace_peak_bytes", r.workspace_peak_bytes},
         {"loss", r.loss / static_cast<double>(o.T)},
         {"loss_sum", r.loss},
         {"dx_norm", r.dx_norm},

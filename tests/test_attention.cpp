@@ -18,7 +18,7 @@
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
-#include "test_support_kernels.hpp"
+#include "support/kernels.hpp"
 
 namespace nanogpt {
 namespace {

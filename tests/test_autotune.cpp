@@ -13,7 +13,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
-#include "test_support.hpp"
+#include "support/fixtures.hpp"
 
 namespace nanogpt {
 namespace {

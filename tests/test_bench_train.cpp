@@ -11,7 +11,7 @@
 
 #include "model/flop_count.hpp"
 #include "runtime/file_io.hpp"
-#include "test_support.hpp"
+#include "support/fixtures.hpp"
 
 namespace nanogpt {
 namespace {

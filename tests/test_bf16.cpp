@@ -1,20 +1,27 @@
 // fp32 → bf16 conversion: to_bf16 against a reference written from the definition (nearest
 // value, ties to the even mantissa, overflow to infinity, NaN stays NaN, denormals to zero) over
-// random and targeted bit patterns, and the vectorised roundings (AMX packer, GEMM epilogue)
-// against to_bf16 bit for bit.
+// random and targeted bit patterns and on every special class, and the rounding's vector form
+// (gemm/bf16_avx512.hpp), the VCVTNEPS2BF16 instruction and the vectorised roundings (packers,
+// GEMM epilogue) against to_bf16 bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/bf16.hpp"
+#include "kernels/gemm/bf16_avx512.hpp"
 #include "kernels/gemm/epilogue.hpp"
 #include "kernels/gemm/layout.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
+#include "kernels/target.hpp"
 #include "runtime/cpu_info.hpp"
+
+NANOGPT_ALLOW_AVX512_INTRINSICS
 
 namespace nanogpt {
 namespace {
@@ -94,6 +101,94 @@ TEST(Bf16, RoundsToNearestEvenLikeTheDefinition) {
   EXPECT_EQ(to_bf16(from_bits(0x007FFFFFu)).bits, 0x0000);
   EXPECT_EQ(to_bf16(from_bits(0x80018000u)).bits, 0x8000);
   EXPECT_EQ(to_bf16(from_bits(0x00800000u)).bits, 0x0080);  // the smallest normal stays
+}
+
+// Every class of fp32 the rounding treats differently, in both signs.
+std::vector<std::pair<std::string, uint32_t>> special_classes() {
+  const std::pair<const char*, uint32_t> classes[] = {
+      {"zero", 0x00000000u},
+      {"smallest denormal", 0x00000001u},
+      {"denormal with a tie in its low half", 0x00018000u},
+      {"largest denormal", 0x007FFFFFu},
+      {"smallest normal", 0x00800000u},
+      {"exact bf16", 0x3F800000u},
+      {"below a tie", 0x3F807FFFu},
+      {"tie, even mantissa kept", 0x3F808000u},
+      {"above a tie", 0x3F808001u},
+      {"tie, odd mantissa rounds up", 0x3F818000u},
+      {"carry into the exponent", 0x3FFFFFFFu},
+      {"largest value rounding down", 0x7F7F7FFFu},
+      {"largest finite (rounds to infinity)", 0x7F7FFFFFu},
+      {"infinity", 0x7F800000u},
+      {"signalling NaN, payload in the low half", 0x7F800001u},
+      {"signalling NaN, payload in the high half", 0x7FBF0000u},
+      {"quiet NaN", 0x7FC00000u},
+      {"NaN, all payload bits", 0x7FFFFFFFu},
+  };
+  std::vector<std::pair<std::string, uint32_t>> out;
+  for (const auto& [name, bits] : classes) {
+    out.emplace_back(std::string("+") + name, bits);
+    out.emplace_back(std::string("-") + name, bits | 0x80000000u);
+  }
+  return out;
+}
+
+// The vector form (bf16_avx512.hpp) on n values, n a multiple of 16.
+NANOGPT_TARGET_AVX512 void vector_form(const uint32_t* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; i += 16) {
+    const __m512i hi = bf16_round_hi(_mm512_loadu_si512(in + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(hi, 16)));
+  }
+}
+
+// The instruction (VCVTNEPS2BF16) on n values, n a multiple of 16.
+NANOGPT_TARGET_AVX512BF16 void instruction(const uint32_t* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; i += 16) {
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_castsi512_ps(_mm512_loadu_si512(in + i)));
+    std::memcpy(out + i, &h, sizeof h);
+  }
+}
+
+TEST(Bf16, SpecialClassesRoundAsDefined) {
+  for (const auto& [name, u] : special_classes()) {
+    const uint16_t got = to_bf16_bits(from_bits(u));
+    const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+    // A NaN keeps its sign and top payload bits and is quieted; the rest as the definition says.
+    const uint16_t want = nan ? static_cast<uint16_t>((u >> 16) | 0x0040u) : reference_bf16(u);
+    EXPECT_EQ(got, want) << name << std::hex << " bits " << u;
+  }
+}
+
+// The two forms of the one rounding and the instruction agree bit for bit on every special
+// class and on random and targeted bit patterns (test_patterns: 2^20 random, denormals, ties).
+TEST(Bf16, ScalarVectorAndInstructionFormsAgreeBitForBit) {
+  const CpuInfo& cpu = cpu_info();
+  if (!cpu.avx512f) GTEST_SKIP() << "no AVX-512F for the vector form";
+  std::vector<uint32_t> in;
+  std::vector<std::string> names;
+  for (const auto& [name, u] : special_classes()) {
+    in.push_back(u);
+    names.push_back(name);
+  }
+  for (uint32_t u : test_patterns()) {
+    in.push_back(u);
+    names.push_back("pattern");
+  }
+  while (in.size() % 16 != 0) {
+    in.push_back(0x3F808000u);
+    names.push_back("tie");
+  }
+  std::vector<uint16_t> vec(in.size()), hw(in.size());
+  vector_form(in.data(), vec.data(), in.size());
+  if (cpu.avx512_bf16) instruction(in.data(), hw.data(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const uint16_t scalar = to_bf16_bits(from_bits(in[i]));
+    ASSERT_EQ(vec[i], scalar) << names[i] << std::hex << " bits " << in[i];
+    if (cpu.avx512_bf16) {
+      ASSERT_EQ(hw[i], scalar) << names[i] << std::hex << " bits " << in[i];
+    }
+  }
 }
 
 TEST(Bf16, VectorRoundingMatchesScalarBitForBit) {

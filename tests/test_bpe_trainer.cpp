@@ -5,7 +5,7 @@
 #include "data/bpe_trainer.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
-#include "test_support.hpp"
+#include "support/fixtures.hpp"
 
 namespace nanogpt {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "test_support.hpp"
+#include "support/fixtures.hpp"
 
 namespace nanogpt {
 namespace {

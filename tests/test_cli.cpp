@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.hpp"
-#include "test_support.hpp"
-#include "test_support_model.hpp"
+#include "support/fixtures.hpp"
+#include "support/model.hpp"
 
 namespace nanogpt {
 namespace {

@@ -14,7 +14,7 @@
 #include "kernels/fused_linear_cross_entropy.hpp"
 #include "model/decoder.hpp"
 #include "runtime/random.hpp"
-#include "test_support_model.hpp"
+#include "support/model.hpp"
 
 namespace nanogpt {
 namespace {

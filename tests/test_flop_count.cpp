@@ -4,7 +4,7 @@
 
 #include "model/flop_count.hpp"
 #include "model/gpt.hpp"
-#include "test_support_model.hpp"
+#include "support/model.hpp"
 
 namespace nanogpt {
 namespace {

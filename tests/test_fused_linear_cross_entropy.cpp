@@ -16,6 +16,7 @@
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
+#include "support/reference.hpp"
 
 namespace nanogpt {
 namespace {
@@ -78,17 +79,13 @@ Reference reference_head(int64_t T, int64_t d, int64_t V, const std::vector<doub
                          bool grads = true) {
   Reference r;
   r.loss.resize(static_cast<size_t>(T));
-  if (grads) {
-    r.dx.assign(static_cast<size_t>(T * d), 0.0);
-    r.dW.assign(static_cast<size_t>(V * d), 0.0);
-  }
-  std::vector<double> z(static_cast<size_t>(V)), y(static_cast<size_t>(V));
+  std::vector<double> z(static_cast<size_t>(T * V)), G(static_cast<size_t>(T * V));
+  reference_gemm(Trans::kNo, Trans::kYes, T, V, d, 1.0, x.data(), d, W.data(), d, 0.0, z.data(), V);
+  std::vector<double> y(static_cast<size_t>(V));
   for (int64_t t = 0; t < T; ++t) {
+    const double* zt = z.data() + t * V;
     for (int64_t j = 0; j < V; ++j) {
-      double s = 0;
-      for (int64_t k = 0; k < d; ++k) s += x[t * d + k] * W[j * d + k];
-      z[j] = s;
-      y[j] = softcap > 0 ? softcap / (1.0 + std::exp(-s / divisor)) : s;
+      y[j] = softcap > 0 ? softcap / (1.0 + std::exp(-zt[j] / divisor)) : zt[j];
     }
     const double m = *std::max_element(y.begin(), y.end());
     double sum = 0;
@@ -97,11 +94,10 @@ Reference reference_head(int64_t T, int64_t d, int64_t V, const std::vector<doub
     const int32_t target = targets[t];
     r.loss[t] = lse - y[target];
     r.total += r.loss[t];
-    if (!grads) continue;
     for (int64_t j = 0; j < V; ++j) {
       double dydz = 1.0;
       if (softcap > 0) {
-        const double sigma = 1.0 / (1.0 + std::exp(-z[j] / divisor));
+        const double sigma = 1.0 / (1.0 + std::exp(-zt[j] / divisor));
         dydz = softcap / divisor * sigma * (1.0 - sigma);
       }
       double g = (std::exp(y[j] - lse) - (j == target ? 1.0 : 0.0)) * dydz;
@@ -109,12 +105,16 @@ Reference reference_head(int64_t T, int64_t d, int64_t V, const std::vector<doub
         g = static_cast<double>(round_to_e5m2(static_cast<float>(g) * (1.0f / grad_scale)) *
                                 grad_scale);
       }
-      g *= loss_scale;
-      for (int64_t k = 0; k < d; ++k) {
-        r.dx[t * d + k] += g * W[j * d + k];
-        r.dW[j * d + k] += g * x[t * d + k];
-      }
+      G[static_cast<size_t>(t * V + j)] = g * loss_scale;
     }
+  }
+  if (grads) {
+    r.dx.resize(static_cast<size_t>(T * d));
+    r.dW.resize(static_cast<size_t>(V * d));
+    reference_gemm(Trans::kNo, Trans::kNo, T, d, V, 1.0, G.data(), V, W.data(), d, 0.0, r.dx.data(),
+                   d);
+    reference_gemm(Trans::kYes, Trans::kNo, V, d, T, 1.0, G.data(), V, x.data(), d, 0.0,
+                   r.dW.data(), d);
   }
   return r;
 }

@@ -28,7 +28,8 @@
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
-#include "test_support_kernels.hpp"
+#include "support/kernels.hpp"
+#include "support/reference.hpp"
 
 namespace nanogpt {
 namespace {
@@ -127,7 +128,7 @@ void check_fp32(const MicroKernel& kernel, const Problem& p) {
   std::vector<float> got = p.start_c(), want = p.C0;
   gemm_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
             p.beta, got.data(), p.ldc);
-  gemm_reference(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta,
+  reference_gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta,
                  want.data(), p.ldc);
   expect_close(p, got, want, Bound{p, false}, describe(kernel, p, "fp32"));
 }
@@ -136,7 +137,7 @@ void check_bf16(const MicroKernel& kernel, const Problem& p) {
   std::vector<float> got = p.start_c(), want = p.C0;
   gemm_bf16_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
                  p.beta, got.data(), p.ldc);
-  gemm_bf16_reference(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+  reference_gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
                       p.beta, want.data(), p.ldc);
   expect_close(p, got, want, Bound{p, true}, describe(kernel, p, "bf16"));
   // The same operands stored as bf16 are what packing from fp32 rounds to: identical bits.

@@ -15,7 +15,7 @@
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm_bf16.hpp"
 #include "runtime/thread_pool.hpp"
-#include "test_support_kernels.hpp"
+#include "support/kernels.hpp"
 
 namespace nanogpt {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "model/gpt.hpp"
 #include "runtime/random.hpp"
-#include "test_support_model.hpp"
+#include "support/model.hpp"
 
 namespace nanogpt {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "model/gpt.hpp"
 #include "runtime/safetensors.hpp"
-#include "test_support.hpp"
+#include "support/fixtures.hpp"
 
 namespace nanogpt {
 namespace {

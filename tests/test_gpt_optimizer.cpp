@@ -14,7 +14,7 @@
 #include "runtime/error.hpp"
 #include "runtime/random.hpp"
 #include "runtime/thread_pool.hpp"
-#include "test_support_model.hpp"
+#include "support/model.hpp"
 
 namespace nanogpt {
 namespace {

@@ -24,7 +24,8 @@
 #include "kernels/grouped_gemm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
-#include "test_support_kernels.hpp"
+#include "support/kernels.hpp"
+#include "support/reference.hpp"
 
 namespace nanogpt {
 namespace {
@@ -136,9 +137,9 @@ struct RowsProblem {
     const double gamma = static_cast<double>(K + 2) * std::ldexp(1.0, -24);
     for (size_t g = 0; g < groups(); ++g) {
       const int64_t first = offsets[g], M = offsets[g + 1] - first;
-      gemm_reference(Trans::kNo, tb, M, N, K, alpha, a.data() + first * lda, lda,
+      reference_gemm(Trans::kNo, tb, M, N, K, alpha, a.data() + first * lda, lda,
                      b.data() + g * stride_b, ldb, beta, want.data() + first * ldc, ldc);
-      gemm_reference(Trans::kNo, tb, M, N, K, 1.0f, abs_a.data() + first * lda, lda,
+      reference_gemm(Trans::kNo, tb, M, N, K, 1.0f, abs_a.data() + first * lda, lda,
                      abs_b.data() + g * stride_b, ldb, 0.0f, bound.data() + first * ldc, ldc);
     }
     for (int64_t i = 0; i < offsets.back(); ++i) {
@@ -198,10 +199,10 @@ struct ReduceProblem {
     const std::vector<float> abs_a = as_operand(A, bf16, true), abs_b = as_operand(B, bf16, true);
     for (size_t g = 0; g < groups(); ++g) {
       const int64_t first = offsets[g], K = offsets[g + 1] - first;
-      gemm_reference(Trans::kYes, Trans::kNo, M, N, K, alpha, a.data() + first * lda, lda,
+      reference_gemm(Trans::kYes, Trans::kNo, M, N, K, alpha, a.data() + first * lda, lda,
                      b.data() + first * ldb, ldb, beta, c_of(want, g), ldc);
       std::vector<float> s(static_cast<size_t>(M * N), 0.0f);
-      gemm_reference(Trans::kYes, Trans::kNo, M, N, K, 1.0f, abs_a.data() + first * lda, lda,
+      reference_gemm(Trans::kYes, Trans::kNo, M, N, K, 1.0f, abs_a.data() + first * lda, lda,
                      abs_b.data() + first * ldb, ldb, 0.0f, s.data(), N);
       const double gamma = static_cast<double>(K + 2) * std::ldexp(1.0, -24);
       for (int64_t i = 0; i < M; ++i) {

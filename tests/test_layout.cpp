@@ -11,7 +11,7 @@
 #include "kernels/gemm/layout.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
-#include "test_support_kernels.hpp"
+#include "support/kernels.hpp"
 
 namespace nanogpt {
 namespace {

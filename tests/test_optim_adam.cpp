@@ -12,7 +12,7 @@
 #include "runtime/error.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/thread_pool.hpp"
-#include "test_support.hpp"
+#include "support/fixtures.hpp"
 
 namespace nanogpt {
 namespace {

@@ -14,7 +14,7 @@
 #include "runtime/file_io.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/thread_pool.hpp"
-#include "test_support.hpp"
+#include "support/fixtures.hpp"
 
 namespace nanogpt {
 namespace {

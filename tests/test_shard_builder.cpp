@@ -6,7 +6,7 @@
 #include "data/token_shard.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
-#include "test_support.hpp"
+#include "support/fixtures.hpp"
 
 namespace nanogpt {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "data/token_shard.hpp"
 #include "runtime/error.hpp"
-#include "test_support.hpp"
+#include "support/fixtures.hpp"
 
 namespace nanogpt {
 namespace {

@@ -10,8 +10,8 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
-#include "test_support.hpp"
-#include "test_support_model.hpp"
+#include "support/fixtures.hpp"
+#include "support/model.hpp"
 #include "train/trainer.hpp"
 
 namespace nanogpt {

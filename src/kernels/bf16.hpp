@@ -2,6 +2,17 @@
 // (quiet) NaN, and flush fp32 denormals to a zero of their sign: exactly what the hardware's
 // VCVTNE2PS2BF16 does (checked on all 2^32 inputs), so the packers can use that one
 // instruction where the CPU has it and integer arithmetic elsewhere, with the same bits.
+//
+// The rounding is defined once, as three steps on the fp32's bits u, and written in two forms:
+// to_bf16_bits below (one value) and bf16_round_hi in gemm/bf16_avx512.hpp (16 lanes of
+// AVX-512), both from the constants of bf16_rounding:
+//   1. a denormal (no exponent bits) becomes a zero of its sign: u = u & kSign;
+//   2. nearest even: u + kHalfUlpMinusOne + (bit 16 of u), of which the top half is the result
+//      (a carry out of the mantissa gives the next binade, or infinity past the largest);
+//   3. a NaN (|u| > kExponent) is instead its own top half with the quiet bit set (u | kQuiet),
+//      so a NaN whose payload sits in the low half does not become an infinity.
+// tests/test_bf16.cpp checks the two forms and the instruction against each other, bit for
+// bit, on every special class and on random bit patterns.
 #pragma once
 
 #include <cstdint>
@@ -13,14 +24,23 @@ struct bf16 {
   uint16_t bits;
 };
 
-// The bits of to_bf16(f). Branch-free (the NaN case is a select), so loops over it vectorize.
+namespace bf16_rounding {
+inline constexpr uint32_t kSign = 0x80000000u;
+inline constexpr uint32_t kExponent = 0x7F800000u;  // also the bits of +infinity
+inline constexpr uint32_t kMagnitude = 0x7FFFFFFFu;
+inline constexpr uint32_t kHalfUlpMinusOne = 0x7FFFu;
+inline constexpr uint32_t kQuiet = 0x00400000u;
+}  // namespace bf16_rounding
+
+// The bits of to_bf16(f). Branch-free (the cases are selects), so loops over it vectorize.
 inline uint16_t to_bf16_bits(float f) {
+  using namespace bf16_rounding;
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
-  u = (u & 0x7F800000u) == 0 ? (u & 0x80000000u) : u;  // denormal: signed zero
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
-  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+  u = (u & kExponent) == 0 ? (u & kSign) : u;                                   // 1
+  const uint32_t rounded = u + kHalfUlpMinusOne + ((u >> 16) & 1u);             // 2
+  const uint32_t result = (u & kMagnitude) > kExponent ? u | kQuiet : rounded;  // 3
+  return static_cast<uint16_t>(result >> 16);
 }
 
 inline bf16 to_bf16(float f) {
@@ -34,7 +54,7 @@ inline float to_float(bf16 h) {
   return f;
 }
 
-// f rounded to the nearest bf16, as an fp32.
+// f rounded to the nearest bf16, as an fp32. Branch-free like to_bf16_bits.
 inline float round_to_bf16(float f) {
   return to_float(to_bf16(f));
 }

@@ -53,9 +53,4 @@ void gemm_with(const MicroKernel& kernel, Trans trans_a, Trans trans_b, int64_t 
                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                float beta, float* C, int64_t ldc, const GemmEpilogue* epilogue = nullptr);
 
-// The obvious triple loop, in double accumulation: the reference every GEMM is tested against.
-void gemm_reference(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                    int64_t ldc);
-
 }  // namespace nanogpt

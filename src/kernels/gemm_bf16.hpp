@@ -33,9 +33,4 @@ void gemm_bf16_with(const MicroKernel& kernel, Trans trans_a, Trans trans_b, int
                     int64_t K, float alpha, const bf16* A, int64_t lda, const bf16* B, int64_t ldb,
                     float beta, float* C, int64_t ldc, const GemmEpilogue* epilogue = nullptr);
 
-// The reference: operands rounded to bf16, products summed in double.
-void gemm_bf16_reference(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                         const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                         float* C, int64_t ldc);
-
 }  // namespace nanogpt
