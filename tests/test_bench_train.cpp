@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "model/flop_count.hpp"
 #include "runtime/file_io.hpp"
 #include "test_support.hpp"
+#include "train/train_step.hpp"
 
 namespace nanogpt {
 namespace {

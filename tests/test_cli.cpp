@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/config.hpp"
+#include "config/config.hpp"
 #include "test_support.hpp"
 #include "test_support_model.hpp"
 

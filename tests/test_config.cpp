@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
+#include "config/config.hpp"
 #include "kernels/gemm/isa.hpp"
 #include "kernels/gemm/microkernel.hpp"
-#include "model/config.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"

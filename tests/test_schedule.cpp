@@ -5,6 +5,7 @@
 #include "optim/muon.hpp"
 #include "optim/schedule.hpp"
 #include "runtime/error.hpp"
+#include "train/attention_window.hpp"
 
 namespace nanogpt {
 namespace {

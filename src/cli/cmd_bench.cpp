@@ -9,7 +9,6 @@
 #include "cli/commands.hpp"
 #include "data/bpe_tokenizer.hpp"
 #include "kernels/gemm/microkernel.hpp"
-#include "model/flop_count.hpp"
 #include "model/gpt.hpp"
 #include "optim/gpt_optimizer.hpp"
 #include "runtime/build_info.hpp"
@@ -19,6 +18,7 @@
 #include "runtime/profiler.hpp"
 #include "runtime/random.hpp"
 #include "runtime/thread_pool.hpp"
+#include "train/train_step.hpp"
 #include "train/trainer.hpp"
 
 namespace nanogpt::cli {

@@ -7,6 +7,7 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
+#include "train/attention_window.hpp"
 #include "train/evaluate.hpp"
 
 namespace nanogpt::cli {

@@ -12,6 +12,7 @@
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "runtime/random.hpp"
+#include "train/attention_window.hpp"
 
 namespace nanogpt::cli {
 

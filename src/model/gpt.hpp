@@ -20,8 +20,8 @@
 #include <span>
 #include <vector>
 
+#include "config/config.hpp"
 #include "kernels/rotary.hpp"
-#include "model/config.hpp"
 #include "model/model_kernels.hpp"
 #include "model/parameters.hpp"
 #include "runtime/aligned_memory.hpp"

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "model/flop_count.hpp"
 #include "optim/adam.hpp"
 #include "optim/muon.hpp"
 #include "optim/schedule.hpp"
@@ -145,6 +144,20 @@ void GptOptimizer::step(ParameterSet& params, std::span<const float> grads, int6
     ThreadPool::Use serial(w.serial);
     muon_matrix(muon_[on_pool + task], params, grads, mult, momentum, w.ns);
   });
+}
+
+double muon_newton_schulz_flops(const Config& c) {
+  const int64_t d = c.model_dim, hd = c.num_heads * c.head_dim, s = c.muon_ns_steps;
+  double f = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (c.has_attention(i)) {
+      f += 3 * newton_schulz_flops(hd, d, s);  // qkv_w, one matrix per q, k, v
+      f += newton_schulz_flops(d, hd, s);      // attn.c_proj
+    }
+    f += newton_schulz_flops(4 * d, d, s);  // mlp.c_fc
+    f += newton_schulz_flops(d, 4 * d, s);  // mlp.c_proj
+  }
+  return f;
 }
 
 std::vector<GptOptimizer::StateTensor> GptOptimizer::state_tensors() {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
+#include "config/config.hpp"
 #include "model/parameters.hpp"
 #include "optim/newton_schulz.hpp"
 #include "runtime/thread_pool.hpp"
@@ -67,6 +67,10 @@ class GptOptimizer {
   std::vector<std::unique_ptr<MuonWorker>> workers_;  // grown to the pool's size, then kept
   int64_t adam_steps_ = 0;
 };
+
+// Newton–Schulz FLOPs of one optimizer step: every Muon matrix of a model with this
+// configuration (qkv_w as three), muon_ns_steps iterations each.
+double muon_newton_schulz_flops(const Config& config);
 
 // How many of the leading matrices (costs `work`, largest first) Muon runs one at a time on
 // all `threads` before the rest run as single-threaded tasks; see gpt_optimizer.cpp.

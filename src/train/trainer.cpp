@@ -24,6 +24,7 @@
 #include "runtime/profiler.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/thread_pool.hpp"
+#include "train/attention_window.hpp"
 #include "train/evaluate.hpp"
 
 namespace nanogpt {

@@ -7,7 +7,7 @@
 #include <span>
 #include <string>
 
-#include "model/config.hpp"
+#include "config/config.hpp"
 #include "model/gpt.hpp"
 #include "optim/gpt_optimizer.hpp"
 

@@ -1,4 +1,4 @@
-#include "model/config.hpp"
+#include "config/config.hpp"
 
 #include <algorithm>
 #include <functional>
