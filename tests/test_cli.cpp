@@ -91,7 +91,7 @@ TEST(Cli, TrainAndEvalWriteAProfileWhenAsked) {
   write_synthetic_shards(dir.path());
   Config c = micro_config();
   c.num_iterations = 2;
-  c.precision = "fp32";  // the profile, not the arithmetic, is under test
+  c.precision = PrecisionSetting::kFp32;  // the profile, not the arithmetic, is under test
   write_file_atomic(dir.path() + "/micro.json", config_to_json(c).dump());
   const std::string data =
       " --train '" + dir.path() + "/train_*.bin' --val '" + dir.path() + "/val_*.bin'";

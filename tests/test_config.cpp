@@ -62,7 +62,8 @@ TEST(Config, SetOverridesAndRoundTripsThroughJson) {
 
 TEST(Config, PrecisionIsAutoByDefaultAndResolvesFromTheCpu) {
   Config c = preset("cpu");
-  EXPECT_EQ(c.precision, "auto");
+  EXPECT_EQ(c.precision, PrecisionSetting::kAuto);
+  EXPECT_EQ(config_to_json(c)["precision"], "auto");  // the key keeps its spelling
   // auto is bf16 exactly when the bf16 GEMM multiplies bf16 natively (AMX, or AVX512-BF16
   // where it beat the FMA kernel), and never without BF16 instructions.
   const MicroKernel& bf16_kernel = active_bf16_microkernel();
@@ -71,11 +72,22 @@ TEST(Config, PrecisionIsAutoByDefaultAndResolvesFromTheCpu) {
     EXPECT_EQ(resolved_precision(c), Precision::kFp32);
   }
   set_config_value(c, "precision=fp32");
+  EXPECT_EQ(c.precision, PrecisionSetting::kFp32);
   EXPECT_EQ(resolved_precision(c), Precision::kFp32);
   set_config_value(c, "precision=\"bf16\"");  // JSON spelling works too
+  EXPECT_EQ(c.precision, PrecisionSetting::kBf16);
   EXPECT_EQ(resolved_precision(c), Precision::kBf16);
-  c.precision = "fp16";
-  EXPECT_NE(error_of([&] { validate_config(c); }).find("\"auto\", \"fp32\" or \"bf16\""),
+  EXPECT_EQ(config_from_json(config_to_json(c), preset("cpu")).precision, PrecisionSetting::kBf16);
+  // Anything else is refused where it is parsed, naming the key and the choices; the
+  // configuration keeps its value.
+  for (const char* bad : {"precision=fp16", "precision=AUTO", "precision="}) {
+    const std::string e = error_of([&] { set_config_value(c, bad); });
+    EXPECT_NE(e.find("'precision' must be \"auto\", \"fp32\" or \"bf16\""), std::string::npos) << e;
+  }
+  EXPECT_EQ(c.precision, PrecisionSetting::kBf16);
+  EXPECT_NE(error_of([] {
+              config_from_json({{"precision", 16}}, preset("cpu"));
+            }).find("precision"),
             std::string::npos);
 }
 

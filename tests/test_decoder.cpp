@@ -16,7 +16,7 @@ namespace {
 
 void check_kv_cache_against_full_recompute(const char* precision, double bound) {
   Config c = micro_config();
-  c.precision = precision;
+  set_config_value(c, std::string("precision=") + precision);
   Gpt model(c);
   model.init_parameters(3);
   // The real initialisation zeroes the projections and the head; perturb everything so every

@@ -61,7 +61,7 @@ struct Bounds {
 
 void check_against_pytorch(const char* precision, Bounds bounds) {
   Golden g;
-  g.config.precision = precision;
+  set_config_value(g.config, std::string("precision=") + precision);
   Gpt model(g.config);
   g.load_params(model);
   model.zero_grads();

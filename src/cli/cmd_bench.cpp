@@ -157,7 +157,7 @@ void register_bench_train(CLI::App& bench) {
 
     Gpt model(c);
     model.init_parameters(static_cast<uint64_t>(c.seed));
-    GptOptimizer optimizer(model.params(), c);
+    GptOptimizer optimizer(model.params(), c, model.precision());
     // Seeded from the config, but a stream apart from the one that initialises the weights.
     Rng rng(static_cast<uint64_t>(c.seed) ^ 0x6265'6e63'6874'7261ULL);
     std::vector<int32_t> inputs, targets;
@@ -184,7 +184,7 @@ void register_bench_train(CLI::App& bench) {
     j["bench"] = "train";
     j["config"] = a->config;
     j["sets"] = a->sets;
-    j["precision"] = precision_name(resolved_precision(c));
+    j["precision"] = precision_name(model.precision());
     j["tokens_per_step"] = c.tokens_per_step;
     j["seq_len"] = c.train_seq_len;
     j["window_blocks"] = window;
@@ -202,8 +202,8 @@ void register_bench_train(CLI::App& bench) {
     j["loss"] = loss;
     j["threads"] = ThreadPool::current().size();
     // The GEMM micro-kernel the step's products run on.
-    j["isa"] = resolved_precision(c) == Precision::kBf16 ? active_bf16_microkernel().isa
-                                                         : active_microkernel().isa;
+    j["isa"] = model.precision() == Precision::kBf16 ? active_bf16_microkernel().isa
+                                                     : active_microkernel().isa;
     j["cpu"] = cpu_info().model_name;
     j["loadavg_before"] = load_before;
     j["loadavg_after"] = load_after;

@@ -14,6 +14,9 @@
 
 namespace nanogpt {
 
+// What the `precision` key asks for; a run multiplies in the Precision it resolves to.
+enum class PrecisionSetting { kAuto, kFp32, kBf16 };
+
 struct Config {
   // Model (seed: GPT(vocab_size, num_layers, num_heads, model_dim)).
   int64_t vocab_size = 50257;
@@ -26,11 +29,10 @@ struct Config {
   bool fp8_head = true;
   double attn_scale = 0.12;
   double logit_softcap = 30.0;
-  // Arithmetic of the matrix products: "fp32", "bf16" (bf16 operands into the GEMMs, attention
-  // and the head, fp32 accumulation; fp32 master weights, optimizer state, norms, softmax
-  // statistics and loss), or "auto": bf16 where this CPU multiplies bf16 faster than fp32
-  // (AMX, or AVX512-BF16 where it beats the FMA units), else fp32 (resolved_precision).
-  std::string precision = "auto";
+  // Arithmetic of the matrix products, the key `precision`: "fp32", "bf16" (bf16 operands into
+  // the GEMMs, attention and the head, fp32 accumulation; fp32 master weights, optimizer state,
+  // norms, softmax statistics and loss), or "auto": decided by this CPU (resolved_precision).
+  PrecisionSetting precision = PrecisionSetting::kAuto;
 
   // Data and batches.
   int64_t train_seq_len = 48 * 1024;
@@ -89,9 +91,17 @@ void set_config_value(Config& config, const std::string& assignment);
 // Throws InputError naming the first invalid field and what is allowed.
 void validate_config(const Config& config);
 
-// The precision a run uses: `precision`, with "auto" decided by this CPU.
+// The precision a run multiplies in: fp32 or bf16 as set, and for "auto" bf16 where this CPU
+// multiplies bf16 faster than fp32 (AMX, or AVX512-BF16 where the autotuner timed VDPBF16PS
+// faster than the FMA units), else fp32. Deciding "auto" may time the bf16 micro-kernels the
+// first time in a process (microkernel_dispatch.cpp), so it is resolved once, where a run
+// starts: Gpt's constructor resolves it and keeps it (Gpt::precision()), and everything else —
+// the optimizer, run.json, `bench train` — takes the model's.
 Precision resolved_precision(const Config& config);
+// "fp32" or "bf16".
 const char* precision_name(Precision p);
+// "auto", "fp32" or "bf16", as the key is spelled.
+const char* precision_setting_name(PrecisionSetting p);
 
 nlohmann::ordered_json config_to_json(const Config& config);
 Config config_from_json(const nlohmann::json& j, Config base);

@@ -10,7 +10,8 @@
 
 namespace nanogpt {
 
-GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config) : config_(config) {
+GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Precision precision)
+    : config_(config), precision_(precision) {
   for (const ParamTensor& t : params.tensors()) {
     Slot s;
     s.param = &t;
@@ -121,7 +122,7 @@ void GptOptimizer::step(ParameterSet& params, std::span<const float> grads, int6
   // every shape, so whichever matrices a worker draws, a step allocates nothing once warm.
   while (workers_.size() < static_cast<size_t>(threads)) {
     auto w = std::make_unique<MuonWorker>();
-    w->ns.precision = resolved_precision(config_);  // the seed runs Newton–Schulz in bf16
+    w->ns.precision = precision_;
     for (const MuonMatrix& m : muon_) {
       w->ns.reserve(m.rows, m.cols);
       const auto numel = static_cast<size_t>(m.rows * m.cols);

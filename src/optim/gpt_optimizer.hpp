@@ -19,7 +19,9 @@ namespace nanogpt {
 
 class GptOptimizer {
  public:
-  GptOptimizer(const ParameterSet& params, const Config& config);
+  // `precision`: the arithmetic of Newton–Schulz's products, the model's (Gpt::precision()),
+  // as the seed runs Newton–Schulz in bf16 where the model multiplies in bf16.
+  GptOptimizer(const ParameterSet& params, const Config& config, Precision precision);
 
   // Applies one update for training step `step` (0-based) of config.num_iterations, on
   // ThreadPool::current(). Bitwise the same for any number of threads.
@@ -61,6 +63,7 @@ class GptOptimizer {
                    double mult, double momentum, NewtonSchulzWorkspace& ws);
 
   Config config_;
+  Precision precision_;
   std::vector<Slot> slots_;
   std::vector<MuonMatrix> muon_;                      // largest first
   std::vector<double> muon_work_;                     // their costs, in that order

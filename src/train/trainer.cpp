@@ -182,7 +182,7 @@ TrainResult train(const TrainOptions& options) {
 
   Gpt model(c);
   model.init_parameters(static_cast<uint64_t>(c.seed));
-  GptOptimizer optimizer(model.params(), c);
+  GptOptimizer optimizer(model.params(), c, model.precision());
 
   LoaderOptions lo;
   lo.pattern = options.train_pattern;
@@ -254,7 +254,7 @@ TrainResult train(const TrainOptions& options) {
     run["cpu"] = cpu_info().model_name;
     run["threads"] = ThreadPool::current().size();
     // What `precision: auto` and the ISA dispatch chose here: a resume elsewhere may differ.
-    const Precision precision = resolved_precision(c);
+    const Precision precision = model.precision();
     run["precision"] = precision_name(precision);
     run["gemm_kernel"] =
         precision == Precision::kBf16 ? active_bf16_microkernel().isa : active_microkernel().isa;
