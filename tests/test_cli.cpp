@@ -121,5 +121,44 @@ TEST(Cli, TrainAndEvalWriteAProfileWhenAsked) {
   EXPECT_FALSE(file_exists(dir.path() + "/run2/metrics.jsonl")) << "refused before training";
 }
 
+// The last line of a run's metrics.jsonl.
+nlohmann::json last_metrics(const std::string& run_dir) {
+  const std::string text = read_file(run_dir + "/metrics.jsonl");
+  const size_t end = text.rfind('\n');
+  const size_t begin = text.rfind('\n', end - 1);
+  return nlohmann::json::parse(text.substr(begin == std::string::npos ? 0 : begin + 1));
+}
+
+TEST(Cli, EvalDefaultsToTheWindowTrainingEndedWith) {
+  // Windows up to 256 tokens = 8 blocks of 32 against training sequences of 4 blocks, and
+  // validation sequences of 2: training attends with 4 blocks (short layers 2), and so must
+  // eval, whatever its own sequence length. (Clamping to the 2-block validation sequences
+  // would narrow the short layers to 1 block.)
+  TempDir dir;
+  write_synthetic_shards(dir.path());
+  Config c = micro_config();
+  c.block_size = 32;
+  c.max_window_tokens = 256;
+  c.val_seq_len = 64;
+  c.num_iterations = 2;
+  c.val_loss_every = 0;
+  c.precision = PrecisionSetting::kFp32;
+  write_file_atomic(dir.path() + "/micro.json", config_to_json(c).dump());
+  const std::string val = " --val '" + dir.path() + "/val_*.bin'";
+  auto train = run_nanogpt("train --config " + dir.path() + "/micro.json --train '" + dir.path() +
+                           "/train_*.bin'" + val + " --out " + dir.path() + "/run");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const nlohmann::json last = last_metrics(dir.path() + "/run");
+  EXPECT_EQ(last["window_blocks"], 4);
+  auto eval = run_nanogpt("eval --checkpoint " + dir.path() + "/run" + val);
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_EQ(nlohmann::json::parse(eval.out)["val_loss"].get<double>(),
+            last["val_loss"].get<double>());
+  auto narrow = run_nanogpt("eval --checkpoint " + dir.path() + "/run" + val + " --window 2");
+  ASSERT_EQ(narrow.exit_code, 0) << narrow.err;
+  EXPECT_NE(nlohmann::json::parse(narrow.out)["val_loss"].get<double>(),
+            last["val_loss"].get<double>());
+}
+
 }  // namespace
 }  // namespace nanogpt

@@ -18,6 +18,7 @@
 #include "runtime/profiler.hpp"
 #include "runtime/random.hpp"
 #include "runtime/thread_pool.hpp"
+#include "train/attention_window.hpp"
 #include "train/train_step.hpp"
 #include "train/trainer.hpp"
 
@@ -142,7 +143,7 @@ void register_bench_train(CLI::App& bench) {
     for (const auto& s : a->sets) set_config_value(c, s);
     if (!a->precision.empty()) set_config_value(c, "precision=" + a->precision);
     validate_config(c);
-    const int64_t max_window = c.train_seq_len / c.block_size;
+    const int64_t max_window = max_window_blocks(c);
     const int64_t window = a->window == 0 ? max_window : a->window;
     if (window < 1 || window > max_window) {
       throw InputError("--window " + std::to_string(a->window) + ": must be between 1 and " +

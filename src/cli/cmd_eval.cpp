@@ -37,8 +37,7 @@ void register_eval(CLI::App& app) {
     const Config& c = model->config();
     int64_t seq = a->seq_len > 0 ? a->seq_len : c.val_seq_len;
     int64_t tokens = a->tokens > 0 ? a->tokens : c.val_tokens;
-    int64_t window = a->window > 0 ? a->window : final_window_blocks(c);
-    window = std::min<int64_t>(window, (seq + c.block_size - 1) / c.block_size);
+    const int64_t window = a->window > 0 ? a->window : attention_window_at(c, c.num_iterations);
     ProfileSession profile(a->profile);
     EvalResult r = evaluate(*model, a->val, tokens, seq, window);
     profile.finish();

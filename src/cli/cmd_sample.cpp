@@ -83,7 +83,7 @@ void register_sample(CLI::App& app) {
     std::vector<uint32_t> prompt = {static_cast<uint32_t>(c.eot_id)};
     tok.encode_append(a->prompt, false, prompt);
     const int64_t context = static_cast<int64_t>(prompt.size()) + a->max_tokens;
-    int64_t window = a->window > 0 ? a->window : final_window_blocks(c);
+    const int64_t window = a->window > 0 ? a->window : attention_window_at(c, c.num_iterations);
     GptDecoder decoder(*model, context, window);
     const std::vector<float>* logits = nullptr;
     for (uint32_t id : prompt) logits = &decoder.step(static_cast<int32_t>(id));

@@ -142,6 +142,10 @@ bool Config::is_long_window(int64_t layer) const {
   return layer % 4 == 0 || layer == num_layers - 1;
 }
 
+int64_t Config::layer_window_blocks(int64_t layer, int64_t window_blocks) const {
+  return is_long_window(layer) ? window_blocks : std::max<int64_t>(1, window_blocks / 2);
+}
+
 int Config::value_embed_index(int64_t layer) const {
   if (layer < 3) return static_cast<int>(layer);
   if (layer >= num_layers - 3) return static_cast<int>(layer - (num_layers - 3));

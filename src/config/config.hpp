@@ -75,6 +75,9 @@ struct Config {
   bool has_attention(int64_t layer) const;
   // The seed's long/short window pattern.
   bool is_long_window(int64_t layer) const;
+  // The window in blocks of `layer` when the long layers' is window_blocks: short layers see
+  // half, at least one block (whether the layer has attention at all is has_attention's).
+  int64_t layer_window_blocks(int64_t layer, int64_t window_blocks) const;
   // Index (0..2) of the value embedding feeding `layer`, or -1.
   int value_embed_index(int64_t layer) const;
 };

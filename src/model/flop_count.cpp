@@ -43,7 +43,7 @@ nlohmann::ordered_json FlopCount::to_json() const {
 
 int64_t attention_window_blocks(const Config& c, int64_t layer, int64_t window_blocks) {
   if (!c.has_attention(layer)) return 0;
-  return c.is_long_window(layer) ? window_blocks : std::max<int64_t>(1, window_blocks / 2);
+  return c.layer_window_blocks(layer, window_blocks);
 }
 
 std::vector<int64_t> layer_windows(const Config& c, int64_t window_blocks) {

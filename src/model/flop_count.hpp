@@ -54,8 +54,8 @@ struct FlopCount {
   nlohmann::ordered_json to_json() const;
 };
 
-// Window in blocks of `layer` when the long layers' window is window_blocks (as
-// Gpt::layer_window); 0 for an attention-free layer.
+// Window in blocks of `layer` when the long layers' window is window_blocks
+// (Config::layer_window_blocks, as the model attends); 0 for an attention-free layer.
 int64_t attention_window_blocks(const Config& config, int64_t layer, int64_t window_blocks);
 std::vector<int64_t> layer_windows(const Config& config, int64_t window_blocks);
 

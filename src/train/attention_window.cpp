@@ -28,8 +28,13 @@ int64_t window_blocks(int64_t step, int64_t total, int64_t max_window_tokens, in
   return blocks;
 }
 
-int64_t final_window_blocks(const Config& c) {
-  return window_blocks(c.num_iterations, c.num_iterations, c.max_window_tokens, c.block_size);
+int64_t max_window_blocks(const Config& c) {
+  return c.train_seq_len / c.block_size;
+}
+
+int64_t attention_window_at(const Config& c, int64_t step) {
+  return std::min(max_window_blocks(c),
+                  window_blocks(step, c.num_iterations, c.max_window_tokens, c.block_size));
 }
 
 }  // namespace nanogpt

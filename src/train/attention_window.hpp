@@ -1,5 +1,7 @@
-// The attention window schedule: how many blocks the long layers' sliding window spans at a
-// training step (short layers see half of it, Config::is_long_window).
+// The attention window rule, written once: how many blocks of block_size tokens the long
+// layers' sliding window spans at a training step (short layers see half of it, at least one
+// block; Config::is_long_window). Training, evaluation, sampling and `bench train` all take
+// their window from here.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +18,15 @@ namespace nanogpt {
 int64_t window_blocks(int64_t step, int64_t total, int64_t max_window_tokens = 1728,
                       int64_t block = 128);
 
-// The attention window (in blocks) at the end of training: the default for eval and sampling.
-int64_t final_window_blocks(const Config& config);
+// The widest window training uses: a whole training sequence, train_seq_len / block_size.
+int64_t max_window_blocks(const Config& config);
+
+// The long layers' window at training step `step` (0 ≤ step ≤ num_iterations): the seed's
+// schedule up to max_window_tokens, clamped to max_window_blocks (max_window_tokens may exceed
+// a training sequence). The clamp is to the training sequence, not to whatever sequence is
+// being run: short layers see half of the window, so clamping to a shorter evaluation or
+// sampling context would narrow them below what the model was trained with. Evaluation and
+// sampling default to step num_iterations, the window the model last trained with.
+int64_t attention_window_at(const Config& config, int64_t step);
 
 }  // namespace nanogpt

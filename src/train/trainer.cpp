@@ -268,10 +268,6 @@ TrainResult train(const TrainOptions& options) {
   }
 
   const int64_t N = c.num_iterations;
-  const int64_t max_window = c.train_seq_len / c.block_size;
-  auto window_at = [&](int64_t step) {
-    return std::min<int64_t>(max_window, window_blocks(step, N, c.max_window_tokens, c.block_size));
-  };
   auto save = [&](int64_t step, double train_loss, double val_loss) {
     CheckpointContents cc;
     cc.model = model_tensors(model);
@@ -310,7 +306,7 @@ TrainResult train(const TrainOptions& options) {
   int64_t step = start_step;
 
   while (step < N) {
-    const int64_t W = window_at(step);
+    const int64_t W = attention_window_at(c, step);
     auto t0 = std::chrono::steady_clock::now();
     {
       ProfileScope scope("train_step", "train_step", {c.tokens_per_step, W}, 0, 0);
