@@ -106,7 +106,7 @@ TEST(BenchTrain, BadFlagsGiveClearErrors) {
            {"--steps 0", "--steps"},
            {"--warmup -1", "--warmup"},
            {"--window 5", "between 1 and 4"},
-           {"--window -2", "between 1 and 4"},
+           {"--window -2", "--window: Value -2 not in range"},
            {"--set no_such_key=1", "no_such_key"},
            {"--set tokens_per_step=100", "tokens_per_step"},
            {"--precision fp16", "precision"},

@@ -127,5 +127,24 @@ TEST(Config, LoadsJsonFileOverAPreset) {
             std::string::npos);
 }
 
+TEST(Config, OriginsRecordTheKeysSetExplicitly) {
+  TempDir dir;
+  const std::string path = dir.path() + "/c.json";
+  write_file_atomic(path, R"({"preset": "cpu", "vocab_size": 1024, "num_iterations": 10})");
+  ConfigOrigins origins;
+  Config c = load_config(path, &origins);
+  set_config_value(c, "eot_id=1023", &origins);
+  set_config_value(c, "num_iterations=20", &origins);
+  EXPECT_EQ(origins, (ConfigOrigins{{"vocab_size", "configuration file '" + path + "'"},
+                                    {"eot_id", "--set eot_id=1023"},
+                                    {"num_iterations", "--set num_iterations=20"}}));
+  ConfigOrigins from_preset;
+  load_config("cpu", &from_preset);
+  EXPECT_TRUE(from_preset.empty());
+  // A refused value is not recorded.
+  EXPECT_THROW(set_config_value(c, "seed=x", &origins), InputError);
+  EXPECT_EQ(origins.count("seed"), 0u);
+}
+
 }  // namespace
 }  // namespace nanogpt

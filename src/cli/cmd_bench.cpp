@@ -132,7 +132,8 @@ void register_bench_train(CLI::App& bench) {
       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
   cmd->add_option("--window", a->window,
                   "Attention window of the long layers in blocks of block_size tokens (short "
-                  "layers: half); default the whole sequence, train_seq_len / block_size");
+                  "layers: half); default the whole sequence, train_seq_len / block_size")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--precision", a->precision,
                   "Override the configuration's precision: fp32, bf16 or auto");
   cmd->add_option("--profile", a->profile,

@@ -24,10 +24,16 @@ void register_eval(CLI::App& app) {
                   "A checkpoint directory, or a run directory (its newest checkpoint)")
       ->required();
   cmd->add_option("--val", a->val, "Glob of validation shards")->required();
-  cmd->add_option("--tokens", a->tokens, "Tokens to evaluate (default: the run's val_tokens)");
-  cmd->add_option("--seq-len", a->seq_len, "Sequence length (default: the run's val_seq_len)");
+  cmd->add_option("--tokens", a->tokens,
+                  "Tokens to evaluate, a multiple of the sequence length (default: the run's "
+                  "val_tokens)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--seq-len", a->seq_len, "Sequence length (default: the run's val_seq_len)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--window", a->window,
-                  "Attention window in 128-token blocks (default: the final training window)");
+                  "Attention window of the long layers in blocks of block_size tokens (default: "
+                  "the window training ended with)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--profile", a->profile,
                   "Write a Chrome trace of the evaluation to this file (open in ui.perfetto.dev) "
                   "and print where the time went to stderr");

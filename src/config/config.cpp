@@ -200,7 +200,7 @@ Config config_from_json(const nlohmann::json& j, Config base) {
   return base;
 }
 
-Config load_config(const std::string& preset_or_file) {
+Config load_config(const std::string& preset_or_file, ConfigOrigins* origins) {
   for (const auto& n : preset_names()) {
     if (n == preset_or_file) return preset(n);
   }
@@ -215,13 +215,19 @@ Config load_config(const std::string& preset_or_file) {
     std::string base = j.is_object() && j.contains("preset") && j["preset"].is_string()
                            ? j["preset"].get<std::string>()
                            : "cpu";
-    return config_from_json(j, preset(base));
+    Config c = config_from_json(j, preset(base));
+    if (origins != nullptr) {
+      for (const auto& [key, value] : j.items()) {
+        if (key != "preset") (*origins)[key] = "configuration file '" + preset_or_file + "'";
+      }
+    }
+    return c;
   } catch (const InputError& e) {
     throw InputError("configuration file '" + preset_or_file + "': " + e.what());
   }
 }
 
-void set_config_value(Config& config, const std::string& assignment) {
+void set_config_value(Config& config, const std::string& assignment, ConfigOrigins* origins) {
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
     throw InputError("--set expects key=value, got '" + assignment + "'");
@@ -233,16 +239,17 @@ void set_config_value(Config& config, const std::string& assignment) {
   if (std::holds_alternative<PrecisionSetting Config::*>(f.ptr)) {
     // Names are taken as written (--set precision=bf16), or as JSON when quoted.
     const bool quoted = value.size() >= 2 && value.front() == '"' && value.back() == '"';
-    assign_from_json(config, f, nlohmann::json(quoted ? value.substr(1, value.size() - 2) : value));
-    return;
-  }
-  try {
-    v = nlohmann::json::parse(value);
-  } catch (const nlohmann::json::exception&) {
-    throw InputError("--set " + key + ": cannot parse '" + value +
-                     "' (numbers, true/false, or lists like [7] are accepted)");
+    v = quoted ? value.substr(1, value.size() - 2) : value;
+  } else {
+    try {
+      v = nlohmann::json::parse(value);
+    } catch (const nlohmann::json::exception&) {
+      throw InputError("--set " + key + ": cannot parse '" + value +
+                       "' (numbers, true/false, or lists like [7] are accepted)");
+    }
   }
   assign_from_json(config, f, v);
+  if (origins != nullptr) (*origins)[key] = "--set " + assignment;
 }
 
 nlohmann::ordered_json config_to_json(const Config& c) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -86,11 +87,17 @@ struct Config {
 std::vector<std::string> preset_names();
 Config preset(const std::string& name);
 
+// Where each key given explicitly got its value ("--set vocab_size=1024", "configuration file
+// 'c.json'"); a key not in it holds the preset's default, which the data may replace
+// (train/shard_meta.hpp).
+using ConfigOrigins = std::map<std::string, std::string>;
+
 // PRESET or FILE.json (a preset name, or a JSON object over a preset given by its "preset"
-// key, default "cpu").
-Config load_config(const std::string& preset_or_file);
-// Applies "key=value"; the value is parsed as the key's type.
-void set_config_value(Config& config, const std::string& assignment);
+// key, default "cpu"). With `origins`, records the keys the file sets.
+Config load_config(const std::string& preset_or_file, ConfigOrigins* origins = nullptr);
+// Applies "key=value"; the value is parsed as the key's type. With `origins`, records the key.
+void set_config_value(Config& config, const std::string& assignment,
+                      ConfigOrigins* origins = nullptr);
 // Throws InputError naming the first invalid field and what is allowed.
 void validate_config(const Config& config);
 

@@ -26,6 +26,7 @@
 #include "runtime/thread_pool.hpp"
 #include "train/attention_window.hpp"
 #include "train/evaluate.hpp"
+#include "train/shard_meta.hpp"
 
 namespace nanogpt {
 
@@ -57,25 +58,6 @@ class SignalScope {
   struct sigaction old_int_ {
   }, old_term_{};
 };
-
-// The tokenizer recorded next to the training shards (by `nanogpt tokenize`), so sampling can
-// find it later.
-nlohmann::json shards_tokenizer(const std::vector<std::string>& train_files) {
-  if (train_files.empty()) return nullptr;
-  fs::path meta = fs::path(train_files.front()).parent_path() / "meta.json";
-  if (!fs::exists(meta)) return nullptr;
-  try {
-    auto j = nlohmann::json::parse(read_file(meta.string()));
-    if (!j.contains("tokenizer")) return nullptr;
-    auto t = j["tokenizer"];
-    std::string spec = t.value("spec", "");
-    if (!spec.empty() && spec.rfind("gpt2:", 0) != 0) t["spec"] = fs::absolute(spec).string();
-    if (spec.rfind("gpt2:", 0) == 0) t["spec"] = "gpt2:" + fs::absolute(spec.substr(5)).string();
-    return t;
-  } catch (const std::exception&) {
-    return nullptr;
-  }
-}
 
 std::string first_non_finite(const Gpt& model) {
   for (const ParamTensor& t : model.params().tensors()) {
@@ -245,7 +227,9 @@ TrainResult train(const TrainOptions& options) {
     write_file_atomic(metrics_path, "");
   }
 
-  const nlohmann::json tokenizer = shards_tokenizer(loader.files());
+  // The tokenizer recorded next to the training shards, so sampling can find it later.
+  const std::optional<ShardMeta> shard_meta = read_shard_meta(options.train_pattern);
+  const nlohmann::json tokenizer = shard_meta ? shard_meta->tokenizer : nlohmann::json(nullptr);
   {
     nlohmann::ordered_json run;
     run["config"] = config_to_json(c);
