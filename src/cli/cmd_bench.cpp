@@ -20,7 +20,6 @@
 #include "runtime/thread_pool.hpp"
 #include "train/attention_window.hpp"
 #include "train/train_step.hpp"
-#include "train/trainer.hpp"
 
 namespace nanogpt::cli {
 
