@@ -43,10 +43,11 @@ TEST(BenchTrain, PrintsOneConsistentJsonLine) {
                           "flops_per_step", "tflops",        "model_flops_per_step",
                           "model_tflops",   "flops",         "loss",
                           "threads",        "isa",           "cpu",
-                          "loadavg_before", "loadavg_after"}) {
+                          "loadavg_before", "loadavg_after", "peak_rss_bytes"}) {
     EXPECT_TRUE(j.contains(key)) << key << " missing from " << r.out;
   }
   EXPECT_EQ(j["config"], "cpu");
+  EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0) << "getrusage failed";
   EXPECT_EQ(j["steps"], 2);
   EXPECT_EQ(j["warmup"], 1);
   EXPECT_EQ(j["tokens_per_step"], 256);

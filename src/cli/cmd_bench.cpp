@@ -1,5 +1,7 @@
 // `nanogpt bench ...`: measurements that print JSON, compared against peers by scripts in
 // bench/. Never pass/fail: the machines are shared and noisy.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -80,6 +82,13 @@ void register_bench_encode(CLI::App& bench) {
 double load_average() {
   double load[1] = {-1};
   return getloadavg(load, 1) == 1 ? load[0] : -1;
+}
+
+// The process's peak resident set so far, in bytes (Linux reports ru_maxrss in KiB): weights,
+// gradients, optimizer state, activations and every workspace, as the OS saw them.
+double peak_rss_bytes() {
+  rusage usage{};
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? 1024.0 * static_cast<double>(usage.ru_maxrss) : -1;
 }
 
 // One random global batch: every sequence starts a document (EOT first, as align_to_eot gives)
@@ -208,6 +217,7 @@ void register_bench_train(CLI::App& bench) {
     j["cpu"] = cpu_info().model_name;
     j["loadavg_before"] = load_before;
     j["loadavg_after"] = load_after;
+    j["peak_rss_bytes"] = peak_rss_bytes();
     j["version"] = NANOGPT_VERSION;
     j["revision"] = build_revision();
     std::printf("%s\n", j.dump().c_str());
