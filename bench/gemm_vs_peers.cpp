@@ -50,11 +50,11 @@
 #include <thread>
 #include <vector>
 
+#include "config/config.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/gemm_bf16.hpp"
 #include "load_average.hpp"
-#include "model/config.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
 

@@ -25,6 +25,9 @@ for target in build-fuzz/fuzz_*; do
   rm -rf "$corpus"
 done
 
+# Layers: no lower layer includes a higher one (also a ctest test, "layering").
+scripts/check_layers.sh
+
 # Style: every C++ file as .clang-format says.
 mapfile -t sources < <(git ls-files '*.cpp' '*.hpp')
 clang-format --dry-run -Werror "${sources[@]}"

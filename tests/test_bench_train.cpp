@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "model/flop_count.hpp"
 #include "runtime/file_io.hpp"
 #include "support/fixtures.hpp"
+#include "train/train_step.hpp"
 
 namespace nanogpt {
 namespace {
@@ -43,10 +43,11 @@ TEST(BenchTrain, PrintsOneConsistentJsonLine) {
                           "flops_per_step", "tflops",        "model_flops_per_step",
                           "model_tflops",   "flops",         "loss",
                           "threads",        "isa",           "cpu",
-                          "loadavg_before", "loadavg_after"}) {
+                          "loadavg_before", "loadavg_after", "peak_rss_bytes"}) {
     EXPECT_TRUE(j.contains(key)) << key << " missing from " << r.out;
   }
   EXPECT_EQ(j["config"], "cpu");
+  EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0) << "getrusage failed";
   EXPECT_EQ(j["steps"], 2);
   EXPECT_EQ(j["warmup"], 1);
   EXPECT_EQ(j["tokens_per_step"], 256);
@@ -106,7 +107,7 @@ TEST(BenchTrain, BadFlagsGiveClearErrors) {
            {"--steps 0", "--steps"},
            {"--warmup -1", "--warmup"},
            {"--window 5", "between 1 and 4"},
-           {"--window -2", "between 1 and 4"},
+           {"--window -2", "--window: Value -2 not in range"},
            {"--set no_such_key=1", "no_such_key"},
            {"--set tokens_per_step=100", "tokens_per_step"},
            {"--precision fp16", "precision"},

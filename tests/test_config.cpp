@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
+#include "config/config.hpp"
 #include "kernels/gemm/isa.hpp"
 #include "kernels/gemm/microkernel.hpp"
-#include "model/config.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
@@ -62,7 +62,8 @@ TEST(Config, SetOverridesAndRoundTripsThroughJson) {
 
 TEST(Config, PrecisionIsAutoByDefaultAndResolvesFromTheCpu) {
   Config c = preset("cpu");
-  EXPECT_EQ(c.precision, "auto");
+  EXPECT_EQ(c.precision, PrecisionSetting::kAuto);
+  EXPECT_EQ(config_to_json(c)["precision"], "auto");  // the key keeps its spelling
   // auto is bf16 exactly when the bf16 GEMM multiplies bf16 natively (AMX, or AVX512-BF16
   // where it beat the FMA kernel), and never without BF16 instructions.
   const MicroKernel& bf16_kernel = active_bf16_microkernel();
@@ -71,11 +72,22 @@ TEST(Config, PrecisionIsAutoByDefaultAndResolvesFromTheCpu) {
     EXPECT_EQ(resolved_precision(c), Precision::kFp32);
   }
   set_config_value(c, "precision=fp32");
+  EXPECT_EQ(c.precision, PrecisionSetting::kFp32);
   EXPECT_EQ(resolved_precision(c), Precision::kFp32);
   set_config_value(c, "precision=\"bf16\"");  // JSON spelling works too
+  EXPECT_EQ(c.precision, PrecisionSetting::kBf16);
   EXPECT_EQ(resolved_precision(c), Precision::kBf16);
-  c.precision = "fp16";
-  EXPECT_NE(error_of([&] { validate_config(c); }).find("\"auto\", \"fp32\" or \"bf16\""),
+  EXPECT_EQ(config_from_json(config_to_json(c), preset("cpu")).precision, PrecisionSetting::kBf16);
+  // Anything else is refused where it is parsed, naming the key and the choices; the
+  // configuration keeps its value.
+  for (const char* bad : {"precision=fp16", "precision=AUTO", "precision="}) {
+    const std::string e = error_of([&] { set_config_value(c, bad); });
+    EXPECT_NE(e.find("'precision' must be \"auto\", \"fp32\" or \"bf16\""), std::string::npos) << e;
+  }
+  EXPECT_EQ(c.precision, PrecisionSetting::kBf16);
+  EXPECT_NE(error_of([] {
+              config_from_json({{"precision", 16}}, preset("cpu"));
+            }).find("precision"),
             std::string::npos);
 }
 
@@ -113,6 +125,25 @@ TEST(Config, LoadsJsonFileOverAPreset) {
   write_file_atomic(dir.path() + "/bad.json", R"({"num_iterations": "ten"})");
   EXPECT_NE(error_of([&] { load_config(dir.path() + "/bad.json"); }).find("bad.json"),
             std::string::npos);
+}
+
+TEST(Config, OriginsRecordTheKeysSetExplicitly) {
+  TempDir dir;
+  const std::string path = dir.path() + "/c.json";
+  write_file_atomic(path, R"({"preset": "cpu", "vocab_size": 1024, "num_iterations": 10})");
+  ConfigOrigins origins;
+  Config c = load_config(path, &origins);
+  set_config_value(c, "eot_id=1023", &origins);
+  set_config_value(c, "num_iterations=20", &origins);
+  EXPECT_EQ(origins, (ConfigOrigins{{"vocab_size", "configuration file '" + path + "'"},
+                                    {"eot_id", "--set eot_id=1023"},
+                                    {"num_iterations", "--set num_iterations=20"}}));
+  ConfigOrigins from_preset;
+  load_config("cpu", &from_preset);
+  EXPECT_TRUE(from_preset.empty());
+  // A refused value is not recorded.
+  EXPECT_THROW(set_config_value(c, "seed=x", &origins), InputError);
+  EXPECT_EQ(origins.count("seed"), 0u);
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ double worst_difference(const std::vector<float>& z, const std::vector<float>& f
 // prompt = 0: every token fed on its own; otherwise the first `prompt` tokens in one call.
 void check_decoder_against_full_forward(const char* precision, int64_t prompt, double bound,
                                         Config c = micro_config()) {
-  c.precision = precision;
+  set_config_value(c, std::string("precision=") + precision);
   Gpt model(c);
   perturb(model);
   const std::vector<int32_t> inputs = test_sequence(c);

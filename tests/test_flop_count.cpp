@@ -4,7 +4,9 @@
 
 #include "model/flop_count.hpp"
 #include "model/gpt.hpp"
+#include "optim/newton_schulz.hpp"
 #include "support/model.hpp"
+#include "train/train_step.hpp"
 
 namespace nanogpt {
 namespace {

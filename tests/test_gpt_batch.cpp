@@ -40,7 +40,7 @@ TEST(GptBatch, BatchedSequencesEqualTheSequencesOneByOne) {
   for (const char* precision : {"fp32", "bf16"}) {
     SCOPED_TRACE(precision);
     Config c = micro_config();
-    c.precision = precision;
+    set_config_value(c, std::string("precision=") + precision);
     const int64_t T = c.train_seq_len, seqs = 3, W = 2;
     std::vector<int32_t> in, tg;
     make_batch(seqs, T, in, tg);
@@ -80,7 +80,7 @@ TEST(GptBatch, BatchedSequencesEqualTheSequencesOneByOne) {
 
 TEST(GptBatch, ForwardLossPerTokenMatchesSequenceBySequence) {
   Config c = micro_config();
-  c.precision = "fp32";
+  c.precision = PrecisionSetting::kFp32;
   const int64_t T = c.train_seq_len, seqs = 2, W = 2;
   std::vector<int32_t> in, tg;
   make_batch(seqs, T, in, tg);

@@ -103,7 +103,7 @@ TEST(GptFiniteDifference, MultiQueryFloat64GradientsMatchCentralDifferences) {
 // The fp32 kernels (tiled attention, fused loss, blocked GEMM) against the float64 reference
 // kernels through the whole model, on identical weights: 1e-4 relative per gradient tensor.
 void check_fast_path_against_float64(Config c) {
-  c.precision = "fp32";
+  c.precision = PrecisionSetting::kFp32;
   const int64_t T = 160, W = 2;
   auto tokens = fd_tokens(T, 8);
   std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());

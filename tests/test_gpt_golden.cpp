@@ -67,7 +67,7 @@ struct Bounds {
 
 void check_against_pytorch(const char* path, const char* precision, Bounds bounds) {
   Golden g(path);
-  g.config.precision = precision;
+  set_config_value(g.config, std::string("precision=") + precision);
   Gpt model(g.config);
   g.load_params(model);
   model.zero_grads();

@@ -27,10 +27,10 @@ struct Snapshot {
 
 // Three steps on fresh random non-zero gradients each, so the Muon buffers and Adam moments
 // carry history, all on a pool of `threads` threads.
-Snapshot run_steps(const Config& c, ParameterSet params, int threads) {
+Snapshot run_steps(const Config& c, Precision precision, ParameterSet params, int threads) {
   ThreadPool pool(threads);
   ThreadPool::Use use(pool);
-  GptOptimizer opt(params, c);
+  GptOptimizer opt(params, c, precision);
   Rng rng(17);
   std::vector<float> grads(params.size());
   for (int64_t step = 0; step < 3; ++step) {
@@ -70,23 +70,22 @@ ParameterSet model_parameters(const Config& c) {
   return model.params();
 }
 
-void check_thread_counts(const Config& c, const ParameterSet& params) {
-  const Snapshot one = run_steps(c, params, 1);
+void check_thread_counts(const Config& c, Precision precision, const ParameterSet& params) {
+  const Snapshot one = run_steps(c, precision, params, 1);
   EXPECT_NE(differing(one.params, params.values()), 0u) << "the steps should move the weights";
-  expect_bitwise_equal(one, run_steps(c, params, 2), 2);
-  expect_bitwise_equal(one, run_steps(c, params, 3), 3);
+  expect_bitwise_equal(one, run_steps(c, precision, params, 2), 2);
+  expect_bitwise_equal(one, run_steps(c, precision, params, 3), 3);
 }
 
 TEST(GptOptimizer, StepIsBitwiseIdenticalForAnyThreadCount) {
-  for (const char* precision : {"fp32", "bf16"}) {
-    SCOPED_TRACE(precision);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(precision_name(precision));
     Config c = micro_config();
-    c.precision = precision;
     // Wider than the micro model, so MLP matrices (640×160) span two element-wise chunks.
     c.model_dim = 160;
     c.head_dim = 40;
     c.num_heads = 4;
-    check_thread_counts(c, model_parameters(c));
+    check_thread_counts(c, precision, model_parameters(c));
   }
 }
 
@@ -103,10 +102,9 @@ TEST(GptOptimizer, MatricesOnTheWholePoolGiveTheSameBits) {
   params.allocate();
   Rng rng(3);
   for (float& p : params.values()) p = static_cast<float>(0.1 * rng.normal());
-  for (const char* precision : {"fp32", "bf16"}) {
-    SCOPED_TRACE(precision);
-    c.precision = precision;
-    check_thread_counts(c, params);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(precision_name(precision));
+    check_thread_counts(c, precision, params);
   }
 }
 
@@ -130,7 +128,7 @@ TEST(GptOptimizer, ErrorInATaskPropagates) {
     ThreadPool pool(threads);
     ThreadPool::Use use(pool);
     ParameterSet p = params;
-    GptOptimizer opt(p, c);
+    GptOptimizer opt(p, c, Precision::kFp32);
     std::vector<float> grads(p.size(), 0.01f);
     EXPECT_THROW(opt.step(p, grads, 0), Error) << threads << " threads";
     // The pool is usable afterwards.

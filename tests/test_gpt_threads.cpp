@@ -49,7 +49,7 @@ TEST(GptThreads, TrainingStepIsBitwiseIdenticalForAnyThreadCount) {
   for (const char* precision : {"fp32", "bf16"}) {
     SCOPED_TRACE(precision);
     Config c = micro_config();
-    c.precision = precision;
+    set_config_value(c, std::string("precision=") + precision);
     const StepResult one = run_step(c, 1);
     EXPECT_TRUE(std::isfinite(one.loss));
     expect_bitwise_equal(one, run_step(c, 2), 2);
@@ -65,7 +65,7 @@ TEST(GptThreads, GroupedQueryAttentionStepIsBitwiseIdenticalForAnyThreadCount) {
     c.num_heads = 4;
     c.head_dim = 8;
     c.num_kv_heads = 2;
-    c.precision = precision;
+    set_config_value(c, std::string("precision=") + precision);
     const StepResult one = run_step(c, 1);
     EXPECT_TRUE(std::isfinite(one.loss));
     expect_bitwise_equal(one, run_step(c, 2), 2);

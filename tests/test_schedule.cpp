@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "config/config.hpp"
 #include "optim/muon.hpp"
 #include "optim/schedule.hpp"
 #include "runtime/error.hpp"
+#include "train/attention_window.hpp"
 
 namespace nanogpt {
 namespace {
@@ -78,6 +81,59 @@ TEST(Schedule, WindowBlocks) {
   }
   EXPECT_THROW(window_blocks(kSteps + 1, kSteps), Error);
   EXPECT_THROW(window_blocks(0, kSteps, 1728, 0), Error);
+}
+
+Config window_config(int64_t train_seq_len, int64_t block_size, int64_t max_window_tokens,
+                     int64_t num_iterations) {
+  Config c = preset("cpu");
+  c.train_seq_len = train_seq_len;
+  c.block_size = block_size;
+  c.max_window_tokens = max_window_tokens;
+  c.num_iterations = num_iterations;
+  return c;
+}
+
+TEST(Schedule, AttentionWindowAtFollowsTheSeedWithinATrainingSequence) {
+  // The seed's 1770 steps: 14 blocks of 128 at the end, well inside a 48K-token sequence.
+  const Config seed = preset("speedrun");
+  EXPECT_EQ(max_window_blocks(seed), 384);
+  for (int64_t step : {0, 1, 885, 1769, 1770}) {
+    EXPECT_EQ(attention_window_at(seed, step), window_blocks(step, 1770)) << step;
+  }
+  EXPECT_EQ(attention_window_at(seed, 1770), 14);
+  // cpu: the schedule ends at exactly a whole 512-token sequence, 4 blocks.
+  const Config cpu = preset("cpu");
+  EXPECT_EQ(max_window_blocks(cpu), 4);
+  EXPECT_EQ(attention_window_at(cpu, 0), 1);
+  EXPECT_EQ(attention_window_at(cpu, cpu.num_iterations), 4);
+}
+
+TEST(Schedule, AttentionWindowAtIsClampedToATrainingSequence) {
+  // max_window_tokens 2048 = 16 blocks of 128 against sequences of 512 tokens = 4 blocks.
+  const Config c = window_config(512, 128, 2048, 100);
+  EXPECT_EQ(max_window_blocks(c), 4);
+  EXPECT_EQ(window_blocks(100, 100, 2048, 128), 16);
+  int64_t prev = 1;
+  for (int64_t step = 0; step <= 100; ++step) {
+    const int64_t w = attention_window_at(c, step);
+    EXPECT_EQ(w, std::min<int64_t>(4, window_blocks(step, 100, 2048, 128))) << step;
+    EXPECT_GE(w, prev) << step;
+    EXPECT_LE(w, 4) << step;
+    prev = w;
+  }
+  EXPECT_EQ(attention_window_at(c, 12), 2);  // 245.76 tokens → 2 blocks, below the clamp
+  EXPECT_EQ(attention_window_at(c, 100), 4);
+  EXPECT_THROW(attention_window_at(c, 101), Error);
+  EXPECT_THROW(attention_window_at(c, -1), Error);
+}
+
+TEST(Schedule, LayerWindowsAreHalfForShortLayersAndAtLeastOneBlock) {
+  const Config seed = preset("speedrun");  // long layers 0, 4, 7, 11
+  EXPECT_EQ(seed.layer_window_blocks(0, 14), 14);
+  EXPECT_EQ(seed.layer_window_blocks(1, 14), 7);
+  EXPECT_EQ(seed.layer_window_blocks(1, 3), 1);
+  EXPECT_EQ(seed.layer_window_blocks(1, 1), 1);
+  EXPECT_EQ(seed.layer_window_blocks(11, 1), 1);
 }
 
 }  // namespace

@@ -56,6 +56,9 @@ TEST(Trainer, LearnsAndWritesRunArtifacts) {
   auto run = nlohmann::json::parse(read_file(o.run_dir + "/run.json"));
   EXPECT_EQ(run["config"]["num_iterations"], 30);
   EXPECT_FALSE(run["cpu"].get<std::string>().empty());
+  // The key as set, and what it resolved to on this CPU: the model's precision.
+  EXPECT_EQ(run["config"]["precision"], "auto");
+  EXPECT_EQ(run["precision"], precision_name(resolved_precision(o.config)));
   std::string ckpt = find_latest_checkpoint(o.run_dir);
   EXPECT_NE(ckpt.find("step_000030"), std::string::npos);
   auto model = load_model(ckpt);

@@ -1,5 +1,7 @@
 // `nanogpt bench ...`: measurements that print JSON, compared against peers by scripts in
 // bench/. Never pass/fail: the machines are shared and noisy.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,7 +11,6 @@
 #include "cli/commands.hpp"
 #include "data/bpe_tokenizer.hpp"
 #include "kernels/gemm/microkernel.hpp"
-#include "model/flop_count.hpp"
 #include "model/gpt.hpp"
 #include "optim/gpt_optimizer.hpp"
 #include "runtime/build_info.hpp"
@@ -19,7 +20,8 @@
 #include "runtime/profiler.hpp"
 #include "runtime/random.hpp"
 #include "runtime/thread_pool.hpp"
-#include "train/trainer.hpp"
+#include "train/attention_window.hpp"
+#include "train/train_step.hpp"
 
 namespace nanogpt::cli {
 
@@ -82,6 +84,13 @@ double load_average() {
   return getloadavg(load, 1) == 1 ? load[0] : -1;
 }
 
+// The process's peak resident set so far, in bytes (Linux reports ru_maxrss in KiB): weights,
+// gradients, optimizer state, activations and every workspace, as the OS saw them.
+double peak_rss_bytes() {
+  rusage usage{};
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? 1024.0 * static_cast<double>(usage.ru_maxrss) : -1;
+}
+
 // One random global batch: every sequence starts a document (EOT first, as align_to_eot gives)
 // and has no other EOT, so the attention does exactly the causal/windowed work the FLOP count
 // assumes. Targets are the inputs shifted by one, as the loader makes them.
@@ -131,7 +140,8 @@ void register_bench_train(CLI::App& bench) {
       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
   cmd->add_option("--window", a->window,
                   "Attention window of the long layers in blocks of block_size tokens (short "
-                  "layers: half); default the whole sequence, train_seq_len / block_size");
+                  "layers: half); default the whole sequence, train_seq_len / block_size")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--precision", a->precision,
                   "Override the configuration's precision: fp32, bf16 or auto");
   cmd->add_option("--profile", a->profile,
@@ -142,7 +152,7 @@ void register_bench_train(CLI::App& bench) {
     for (const auto& s : a->sets) set_config_value(c, s);
     if (!a->precision.empty()) set_config_value(c, "precision=" + a->precision);
     validate_config(c);
-    const int64_t max_window = c.train_seq_len / c.block_size;
+    const int64_t max_window = max_window_blocks(c);
     const int64_t window = a->window == 0 ? max_window : a->window;
     if (window < 1 || window > max_window) {
       throw InputError("--window " + std::to_string(a->window) + ": must be between 1 and " +
@@ -157,7 +167,7 @@ void register_bench_train(CLI::App& bench) {
 
     Gpt model(c);
     model.init_parameters(static_cast<uint64_t>(c.seed));
-    GptOptimizer optimizer(model.params(), c);
+    GptOptimizer optimizer(model.params(), c, model.precision());
     // Seeded from the config, but a stream apart from the one that initialises the weights.
     Rng rng(static_cast<uint64_t>(c.seed) ^ 0x6265'6e63'6874'7261ULL);
     std::vector<int32_t> inputs, targets;
@@ -184,7 +194,7 @@ void register_bench_train(CLI::App& bench) {
     j["bench"] = "train";
     j["config"] = a->config;
     j["sets"] = a->sets;
-    j["precision"] = precision_name(resolved_precision(c));
+    j["precision"] = precision_name(model.precision());
     j["tokens_per_step"] = c.tokens_per_step;
     j["seq_len"] = c.train_seq_len;
     j["window_blocks"] = window;
@@ -202,11 +212,12 @@ void register_bench_train(CLI::App& bench) {
     j["loss"] = loss;
     j["threads"] = ThreadPool::current().size();
     // The GEMM micro-kernel the step's products run on.
-    j["isa"] = resolved_precision(c) == Precision::kBf16 ? active_bf16_microkernel().isa
-                                                         : active_microkernel().isa;
+    j["isa"] = model.precision() == Precision::kBf16 ? active_bf16_microkernel().isa
+                                                     : active_microkernel().isa;
     j["cpu"] = cpu_info().model_name;
     j["loadavg_before"] = load_before;
     j["loadavg_after"] = load_after;
+    j["peak_rss_bytes"] = peak_rss_bytes();
     j["version"] = NANOGPT_VERSION;
     j["revision"] = build_revision();
     std::printf("%s\n", j.dump().c_str());

@@ -7,6 +7,7 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
+#include "train/attention_window.hpp"
 #include "train/evaluate.hpp"
 
 namespace nanogpt::cli {
@@ -23,10 +24,16 @@ void register_eval(CLI::App& app) {
                   "A checkpoint directory, or a run directory (its newest checkpoint)")
       ->required();
   cmd->add_option("--val", a->val, "Glob of validation shards")->required();
-  cmd->add_option("--tokens", a->tokens, "Tokens to evaluate (default: the run's val_tokens)");
-  cmd->add_option("--seq-len", a->seq_len, "Sequence length (default: the run's val_seq_len)");
+  cmd->add_option("--tokens", a->tokens,
+                  "Tokens to evaluate, a multiple of the sequence length (default: the run's "
+                  "val_tokens)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--seq-len", a->seq_len, "Sequence length (default: the run's val_seq_len)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--window", a->window,
-                  "Attention window in 128-token blocks (default: the final training window)");
+                  "Attention window of the long layers in blocks of block_size tokens (default: "
+                  "the window training ended with)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--profile", a->profile,
                   "Write a Chrome trace of the evaluation to this file (open in ui.perfetto.dev) "
                   "and print where the time went to stderr");
@@ -36,8 +43,7 @@ void register_eval(CLI::App& app) {
     const Config& c = model->config();
     int64_t seq = a->seq_len > 0 ? a->seq_len : c.val_seq_len;
     int64_t tokens = a->tokens > 0 ? a->tokens : c.val_tokens;
-    int64_t window = a->window > 0 ? a->window : final_window_blocks(c);
-    window = std::min<int64_t>(window, (seq + c.block_size - 1) / c.block_size);
+    const int64_t window = a->window > 0 ? a->window : attention_window_at(c, c.num_iterations);
     ProfileSession profile(a->profile);
     EvalResult r = evaluate(*model, a->val, tokens, seq, window);
     profile.finish();

@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 
 #include "cli/commands.hpp"
+#include "cli/number_range.hpp"
 #include "data/bpe_tokenizer.hpp"
 #include "model/decoder.hpp"
 #include "model/model_io.hpp"
@@ -12,6 +14,7 @@
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "runtime/random.hpp"
+#include "train/attention_window.hpp"
 
 namespace nanogpt::cli {
 
@@ -51,7 +54,7 @@ void register_sample(CLI::App& app) {
     std::string checkpoint, prompt, tokenizer;
     int64_t max_tokens = 200, top_k = 0, window = 0;
     double temperature = 1.0;
-    uint64_t seed = 0;
+    int64_t seed = 0;  // int64_t: CLI11 would wrap a negative value into a uint64_t
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--checkpoint", a->checkpoint,
@@ -63,15 +66,19 @@ void register_sample(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--temperature", a->temperature, "Softmax temperature; 0 is greedy")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(finite_in_range(0.0, 100.0));
   cmd->add_option("--top-k", a->top_k, "Sample among the k most likely tokens (0: all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   cmd->add_option("--seed", a->seed, "Random seed; the same seed gives the same text")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--tokenizer", a->tokenizer,
                   "Tokenizer (default: the one recorded with the training data)");
   cmd->add_option("--window", a->window,
-                  "Attention window in 128-token blocks (default: the final training window)");
+                  "Attention window of the long layers in blocks of block_size tokens (default: "
+                  "the window training ended with)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->callback([a] {
     const std::string dir = require_checkpoint(a->checkpoint);
     auto model = load_model(dir);
@@ -82,11 +89,13 @@ void register_sample(CLI::App& app) {
     std::vector<uint32_t> prompt = {static_cast<uint32_t>(c.eot_id)};
     tok.encode_append(a->prompt, false, prompt);
     const int64_t context = static_cast<int64_t>(prompt.size()) + a->max_tokens;
-    int64_t window = a->window > 0 ? a->window : final_window_blocks(c);
+    const int64_t window = a->window > 0 ? a->window : attention_window_at(c, c.num_iterations);
     GptDecoder decoder(*model, context, window);
-    const std::vector<float>* logits = nullptr;
-    for (uint32_t id : prompt) logits = &decoder.step(static_cast<int32_t>(id));
-    Rng rng(a->seed);
+    // The prompt runs through the model in one call (every product T rows tall), then one token
+    // at a time.
+    const std::vector<int32_t> prompt_ids(prompt.begin(), prompt.end());
+    const std::vector<float>* logits = &decoder.feed(prompt_ids);
+    Rng rng(static_cast<uint64_t>(a->seed));
     std::vector<uint32_t> generated;
     std::string text = a->prompt;
     std::fwrite(text.data(), 1, text.size(), stdout);

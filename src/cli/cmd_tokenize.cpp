@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "cli/number_range.hpp"
 #include "data/shard_builder.hpp"
 
 namespace nanogpt::cli {
@@ -15,7 +16,7 @@ void register_tokenize(CLI::App& app) {
     std::string output_dir;
     std::string doc_separator;
     std::string format = "auto";
-    uint64_t val_docs = 0;
+    int64_t val_docs = 0;  // int64_t: CLI11 would wrap a negative value into a uint64_t
     double val_fraction = 0.01;
     uint64_t shard_tokens = 100'000'000;
   };
@@ -35,11 +36,12 @@ void register_tokenize(CLI::App& app) {
                   "auto (by extension: .jsonl is JSON Lines), text or jsonl")
       ->capture_default_str();
   auto* vd = cmd->add_option("--val-docs", a->val_docs,
-                             "Hold out exactly N documents, spread evenly, for validation");
+                             "Hold out exactly N documents, spread evenly, for validation")
+                 ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   auto* vf = cmd->add_option("--val-fraction", a->val_fraction,
                              "Hold out this fraction of documents for validation")
                  ->capture_default_str()
-                 ->check(CLI::Range(0.0, 0.999));
+                 ->check(finite_in_range(0.0, 0.999));
   vd->excludes(vf);
   cmd->add_option("--shard-tokens", a->shard_tokens,
                   "Tokens per shard (the last shard holds the rest)")
@@ -53,7 +55,7 @@ void register_tokenize(CLI::App& app) {
     if (!a->doc_separator.empty()) o.corpus.doc_separator = a->doc_separator;
     o.output_dir = a->output_dir;
     if (vd->count() > 0) {
-      o.val_docs = a->val_docs;
+      o.val_docs = static_cast<uint64_t>(a->val_docs);
     } else {
       o.val_fraction = a->val_fraction;
     }

@@ -5,6 +5,7 @@
 #include "cli/commands.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
+#include "train/shard_meta.hpp"
 #include "train/trainer.hpp"
 
 namespace nanogpt::cli {
@@ -31,13 +32,21 @@ void register_train(CLI::App& app) {
   cmd->add_option("--out", a->out, "Run directory (metrics.jsonl, run.json, checkpoints/)");
   cmd->add_flag("--resume", a->resume, "Continue from the newest complete checkpoint in --out");
   cmd->add_option("--max-steps", a->max_steps,
-                  "Stop with a checkpoint after this many steps of this invocation (resume later)");
+                  "Stop with a checkpoint after this many steps of this invocation (resume "
+                  "later); 0: no limit")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--profile", a->profile,
                   "Write a Chrome trace of the run to this file (open in ui.perfetto.dev) and "
                   "print where the time went to stderr; also on Ctrl-C");
   cmd->callback([a] {
-    Config config = load_config(a->config);
-    for (const auto& s : a->sets) set_config_value(config, s);
+    ConfigOrigins origins;
+    Config config = load_config(a->config, &origins);
+    for (const auto& s : a->sets) set_config_value(config, s, &origins);
+    // vocab_size and eot_id from the shards' tokenizer unless set (a 1024-token tokenizer
+    // then trains without --set).
+    if (!a->train.empty()) {
+      if (auto meta = read_shard_meta(a->train)) apply_shard_meta(config, origins, *meta);
+    }
     validate_config(config);
     if (a->print_config) {
       std::printf("%s\n", config_to_json(config).dump(2).c_str());

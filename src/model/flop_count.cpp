@@ -3,28 +3,10 @@
 #include <algorithm>
 #include <string>
 
+#include "model/qkv_shape.hpp"
 #include "runtime/error.hpp"
 
 namespace nanogpt {
-
-namespace {
-
-// The row-block height of newton_schulz.cpp's symmetric_product (kSymmetricBlock there).
-constexpr int64_t kSymmetricBlock = 192;
-
-// C = R·Rᵀ for R k×inner, multiplied out only on and below the block diagonal: each block of
-// rows [i0, i1) against rows [0, i1).
-double symmetric_product_flops(int64_t k, int64_t inner) {
-  double flops = 0;
-  for (int64_t i0 = 0; i0 < k; i0 += kSymmetricBlock) {
-    const int64_t i1 = std::min(k, i0 + kSymmetricBlock);
-    flops +=
-        2.0 * static_cast<double>(i1 - i0) * static_cast<double>(i1) * static_cast<double>(inner);
-  }
-  return flops;
-}
-
-}  // namespace
 
 FlopCount& FlopCount::operator+=(const FlopCount& o) {
   linear_fwd += o.linear_fwd;
@@ -62,7 +44,7 @@ nlohmann::ordered_json FlopCount::to_json() const {
 
 int64_t attention_window_blocks(const Config& c, int64_t layer, int64_t window_blocks) {
   if (!c.has_attention(layer)) return 0;
-  return c.is_long_window(layer) ? window_blocks : std::max<int64_t>(1, window_blocks / 2);
+  return c.layer_window_blocks(layer, window_blocks);
 }
 
 std::vector<int64_t> layer_windows(const Config& c, int64_t window_blocks) {
@@ -94,14 +76,17 @@ int64_t attention_pairs(int64_t T, int64_t window_blocks, int64_t block_size) {
 
 FlopCount sequence_flops(const Config& c, int64_t T, int64_t window_blocks, bool backward) {
   const double t = static_cast<double>(T), d = static_cast<double>(c.model_dim);
-  const double hd = static_cast<double>(c.num_heads * c.head_dim);
+  const QkvShape qkv = qkv_shape(c);
+  const double hd = static_cast<double>(qkv.q_width());
+  const double qkv_rows = static_cast<double>(qkv.row());
+  // Scores and the weighted sum run per query head (K/V heads are read, not copied, by a group).
   const double per_pair = static_cast<double>(c.num_heads * c.head_dim);
   FlopCount f;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     f.linear_fwd += 2 * t * (d * 4 * d + 4 * d * d);
     const int64_t w = attention_window_blocks(c, i, window_blocks);
     if (w == 0) continue;
-    f.linear_fwd += 2 * t * (d * 3 * hd + hd * d);
+    f.linear_fwd += 2 * t * (d * qkv_rows + hd * d);
     const double pairs = static_cast<double>(attention_pairs(T, w, c.block_size));
     f.attention_fwd += 4 * per_pair * pairs;
     if (backward) {
@@ -115,36 +100,6 @@ FlopCount sequence_flops(const Config& c, int64_t T, int64_t window_blocks, bool
     f.linear_bwd = 2 * f.linear_fwd;
     f.lm_head_bwd = 2 * head;
   }
-  return f;
-}
-
-double newton_schulz_flops(int64_t rows, int64_t cols, int64_t steps) {
-  const int64_t k = std::min(rows, cols), n = std::max(rows, cols);
-  const double per_step = symmetric_product_flops(k, n)    // A = W·Wᵀ
-                          + symmetric_product_flops(k, k)  // B += c·A·A
-                          + 2.0 * static_cast<double>(k) * static_cast<double>(k) *
-                                static_cast<double>(n);  // X' += B·W
-  return static_cast<double>(steps) * per_step;
-}
-
-double muon_newton_schulz_flops(const Config& c) {
-  const int64_t d = c.model_dim, hd = c.num_heads * c.head_dim, s = c.muon_ns_steps;
-  double f = 0;
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    if (c.has_attention(i)) {
-      f += 3 * newton_schulz_flops(hd, d, s);  // qkv_w, one matrix per q, k, v
-      f += newton_schulz_flops(d, hd, s);      // attn.c_proj
-    }
-    f += newton_schulz_flops(4 * d, d, s);  // mlp.c_fc
-    f += newton_schulz_flops(d, 4 * d, s);  // mlp.c_proj
-  }
-  return f;
-}
-
-FlopCount train_step_flops(const Config& c, int64_t window_blocks) {
-  FlopCount f = sequence_flops(c, c.train_seq_len, window_blocks, /*backward=*/true)
-                    .scaled(static_cast<double>(c.tokens_per_step / c.train_seq_len));
-  f.newton_schulz = muon_newton_schulz_flops(c);
   return f;
 }
 

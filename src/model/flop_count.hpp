@@ -19,9 +19,9 @@
 //                  once: it keeps a row block's logits and forms the gradient from them)
 //   lm_head_bwd    dx = G·W and dW = Gᵀ·x: 4·T·Vp·d
 // and per optimizer step
-//   newton_schulz  Muon's orthogonalisation of every matrix (qkv_w as three), as
-//                  src/optim/newton_schulz.cpp multiplies: per iteration the Gram matrix and
-//                  its square block-triangularly (blocks of 192 rows), then B·X in full.
+//   newton_schulz  Muon's orthogonalisation of every matrix (qkv_w as three), filled in by the
+//                  optimizer's count (muon_newton_schulz_flops, src/optim/gpt_optimizer.hpp);
+//                  train_step_flops (src/train/train_step.hpp) adds it to a step's model FLOPs.
 //
 // Visible pairs are those the causal and sliding-window masks leave (Gpt::layer_window: long
 // layers see W blocks, short ones max(1, W/2)), for a sequence that is one document. The kernel
@@ -33,7 +33,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "model/config.hpp"
+#include "config/config.hpp"
 
 namespace nanogpt {
 
@@ -54,8 +54,8 @@ struct FlopCount {
   nlohmann::ordered_json to_json() const;
 };
 
-// Window in blocks of `layer` when the long layers' window is window_blocks (as
-// Gpt::layer_window); 0 for an attention-free layer.
+// Window in blocks of `layer` when the long layers' window is window_blocks
+// (Config::layer_window_blocks, as the model attends); 0 for an attention-free layer.
 int64_t attention_window_blocks(const Config& config, int64_t layer, int64_t window_blocks);
 std::vector<int64_t> layer_windows(const Config& config, int64_t window_blocks);
 
@@ -67,14 +67,5 @@ int64_t attention_pairs(int64_t T, int64_t window_blocks, int64_t block_size);
 // forward and backward of training (no optimizer).
 FlopCount sequence_flops(const Config& config, int64_t seq_len, int64_t window_blocks,
                          bool backward);
-
-// newton_schulz5 on one rows×cols matrix.
-double newton_schulz_flops(int64_t rows, int64_t cols, int64_t steps);
-// Every Muon matrix of the model, muon_ns_steps iterations each: one optimizer step.
-double muon_newton_schulz_flops(const Config& config);
-
-// One training step: tokens_per_step / train_seq_len sequences forward and backward, then
-// the optimizer.
-FlopCount train_step_flops(const Config& config, int64_t window_blocks);
 
 }  // namespace nanogpt

@@ -146,7 +146,7 @@ void GptT<Real>::init_parameters(uint64_t seed) {
 
 template <class Real>
 int64_t GptT<Real>::layer_window(int64_t layer, int64_t window_blocks) const {
-  return config_.is_long_window(layer) ? window_blocks : std::max<int64_t>(1, window_blocks / 2);
+  return config_.layer_window_blocks(layer, window_blocks);
 }
 
 template <class Real>
@@ -334,10 +334,10 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
 namespace {
 
 template <class Real>
-LossArgs<Real> loss_params(const Config& c, const Real* x, const Real* W, const int32_t* targets,
-                           int64_t T) {
+LossArgs<Real> loss_params(const Config& c, Precision precision, const Real* x, const Real* W,
+                           const int32_t* targets, int64_t T) {
   LossArgs<Real> p;
-  p.precision = resolved_precision(c);
+  p.precision = precision;
   p.T = T;
   p.d = c.model_dim;
   p.V = c.vocab_padded();
@@ -371,7 +371,8 @@ double GptT<Real>::forward_loss(std::span<const int32_t> inputs, std::span<const
                                 int64_t window_blocks, Real* per_token, int64_t seq_len) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
   forward(inputs, window_blocks, seq_len);
-  LossArgs<Real> p = loss_params(config_, final_norm_.data(), w_.lm_head, targets.data(), T_);
+  LossArgs<Real> p =
+      loss_params(config_, precision_, final_norm_.data(), w_.lm_head, targets.data(), T_);
   return model_loss_forward(p, per_token);
 }
 
@@ -387,7 +388,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
   const QkvShape qkv = qkv_shape(config_);
 
   // Head: fused lm_head + soft-cap + cross-entropy, then the final norm.
-  LossArgs<Real> p = loss_params(config_, final_norm_.data(), w_.lm_head, targets.data(), T);
+  LossArgs<Real> p =
+      loss_params(config_, precision_, final_norm_.data(), w_.lm_head, targets.data(), T);
   p.loss_scale = loss_scale;
   const double loss_sum = model_loss_backward(p, dnorm_.data(), g_.lm_head);
   Real* dx = dx_.data();

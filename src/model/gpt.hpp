@@ -21,9 +21,9 @@
 #include <span>
 #include <vector>
 
+#include "config/config.hpp"
 #include "kernels/rotary.hpp"
 #include "model/block_ops.hpp"
-#include "model/config.hpp"
 #include "model/gpt_weights.hpp"
 #include "model/kv_cache.hpp"
 #include "model/model_kernels.hpp"

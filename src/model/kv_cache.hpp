@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
+#include "config/config.hpp"
 #include "model/qkv_shape.hpp"
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"

@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "optim/schedule.hpp"
 #include "runtime/error.hpp"
 #include "runtime/safetensors.hpp"
 
@@ -65,10 +64,6 @@ std::string require_checkpoint(const std::string& path) {
                      "' (give a run directory or one of its checkpoints/step_* directories)");
   }
   return dir;
-}
-
-int64_t final_window_blocks(const Config& c) {
-  return window_blocks(c.num_iterations, c.num_iterations, c.max_window_tokens, c.block_size);
 }
 
 }  // namespace nanogpt

@@ -23,7 +23,5 @@ std::unique_ptr<Gpt> load_model(const std::string& checkpoint_dir);
 // The newest complete checkpoint at `path` (a checkpoint or a run directory); an error naming
 // the path if there is none.
 std::string require_checkpoint(const std::string& path);
-// The attention window (in blocks) at the end of training: the default for eval and sampling.
-int64_t final_window_blocks(const Config& config);
 
 }  // namespace nanogpt

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/config.hpp"
+#include "config/config.hpp"
 #include "runtime/error.hpp"
 
 namespace nanogpt {

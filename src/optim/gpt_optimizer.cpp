@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "model/flop_count.hpp"
+#include "model/qkv_shape.hpp"
 #include "optim/adam.hpp"
 #include "optim/muon.hpp"
 #include "optim/schedule.hpp"
@@ -11,7 +11,8 @@
 
 namespace nanogpt {
 
-GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config) : config_(config) {
+GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Precision precision)
+    : config_(config), precision_(precision) {
   for (const ParamTensor& t : params.tensors()) {
     Slot s;
     s.param = &t;
@@ -122,7 +123,7 @@ void GptOptimizer::step(ParameterSet& params, std::span<const float> grads, int6
   // every shape, so whichever matrices a worker draws, a step allocates nothing once warm.
   while (workers_.size() < static_cast<size_t>(threads)) {
     auto w = std::make_unique<MuonWorker>();
-    w->ns.precision = resolved_precision(config_);  // the seed runs Newton–Schulz in bf16
+    w->ns.precision = precision_;
     for (const MuonMatrix& m : muon_) {
       w->ns.reserve(m.rows, m.cols);
       const auto numel = static_cast<size_t>(m.rows * m.cols);
@@ -145,6 +146,22 @@ void GptOptimizer::step(ParameterSet& params, std::span<const float> grads, int6
     ThreadPool::Use serial(w.serial);
     muon_matrix(muon_[on_pool + task], params, grads, mult, momentum, w.ns);
   });
+}
+
+double muon_newton_schulz_flops(const Config& c) {
+  const QkvShape qkv = qkv_shape(c);
+  const int64_t d = c.model_dim, hd = qkv.q_width(), kv = qkv.kv_width(), s = c.muon_ns_steps;
+  double f = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (c.has_attention(i)) {
+      // q, k and v are orthogonalised one by one (qkv_w's thirds, or q_w, k_w, v_w).
+      f += newton_schulz_flops(hd, d, s) + 2 * newton_schulz_flops(kv, d, s);
+      f += newton_schulz_flops(d, hd, s);  // attn.c_proj
+    }
+    f += newton_schulz_flops(4 * d, d, s);  // mlp.c_fc
+    f += newton_schulz_flops(d, 4 * d, s);  // mlp.c_proj
+  }
+  return f;
 }
 
 std::vector<GptOptimizer::StateTensor> GptOptimizer::state_tensors() {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
+#include "config/config.hpp"
 #include "model/parameters.hpp"
 #include "optim/newton_schulz.hpp"
 #include "runtime/thread_pool.hpp"
@@ -19,7 +19,9 @@ namespace nanogpt {
 
 class GptOptimizer {
  public:
-  GptOptimizer(const ParameterSet& params, const Config& config);
+  // `precision`: the arithmetic of Newton–Schulz's products, the model's (Gpt::precision()),
+  // as the seed runs Newton–Schulz in bf16 where the model multiplies in bf16.
+  GptOptimizer(const ParameterSet& params, const Config& config, Precision precision);
 
   // Applies one update for training step `step` (0-based) of config.num_iterations, on
   // ThreadPool::current(). Bitwise the same for any number of threads.
@@ -61,12 +63,17 @@ class GptOptimizer {
                    double mult, double momentum, NewtonSchulzWorkspace& ws);
 
   Config config_;
+  Precision precision_;
   std::vector<Slot> slots_;
   std::vector<MuonMatrix> muon_;                      // largest first
   std::vector<double> muon_work_;                     // their costs, in that order
   std::vector<std::unique_ptr<MuonWorker>> workers_;  // grown to the pool's size, then kept
   int64_t adam_steps_ = 0;
 };
+
+// Newton–Schulz FLOPs of one optimizer step: every Muon matrix of a model with this
+// configuration (qkv_w as three), muon_ns_steps iterations each.
+double muon_newton_schulz_flops(const Config& config);
 
 // How many of the leading matrices (costs `work`, largest first) Muon runs one at a time on
 // all `threads` before the rest run as single-threaded tasks; see gpt_optimizer.cpp.

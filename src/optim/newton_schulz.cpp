@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "kernels/matmul.hpp"
-#include "model/flop_count.hpp"
 #include "optim/elementwise.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
@@ -59,6 +58,18 @@ void symmetric_product(Precision pr, const float* X, int64_t ldx, bool columns, 
   }
 }
 
+// The FLOPs of symmetric_product for a k×inner R: each block of rows [i0, i1) multiplied
+// against rows [0, i1).
+double symmetric_product_flops(int64_t k, int64_t inner) {
+  double flops = 0;
+  for (int64_t i0 = 0; i0 < k; i0 += kSymmetricBlock) {
+    const int64_t i1 = std::min(k, i0 + kSymmetricBlock);
+    flops +=
+        2.0 * static_cast<double>(i1 - i0) * static_cast<double>(i1) * static_cast<double>(inner);
+  }
+  return flops;
+}
+
 // A = W·Wᵀ, k×k with k = min(rows, cols).
 void gram(Precision pr, const float* x, int64_t rows, int64_t cols, float* A) {
   if (rows <= cols) {
@@ -106,6 +117,15 @@ double frobenius_norm(const float* G, int64_t n, double* partial) {
 }
 
 }  // namespace
+
+double newton_schulz_flops(int64_t rows, int64_t cols, int64_t steps) {
+  const int64_t k = std::min(rows, cols), n = std::max(rows, cols);
+  const double per_step = symmetric_product_flops(k, n)    // A = W·Wᵀ
+                          + symmetric_product_flops(k, k)  // B += c·A·A
+                          + 2.0 * static_cast<double>(k) * static_cast<double>(k) *
+                                static_cast<double>(n);  // X' += B·W
+  return static_cast<double>(steps) * per_step;
+}
 
 void NewtonSchulzWorkspace::reserve(int64_t rows, int64_t cols) {
   const size_t n = static_cast<size_t>(rows * cols);

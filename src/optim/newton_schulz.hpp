@@ -51,4 +51,9 @@ struct NewtonSchulzWorkspace {
 void newton_schulz5(const float* G, int64_t rows, int64_t cols, int steps, float* out,
                     NewtonSchulzWorkspace& ws, const NewtonSchulzCoefficients& coeffs = {});
 
+// The FLOPs newton_schulz5 multiplies out on one rows×cols matrix (a multiply-add is 2): per
+// iteration the Gram matrix and its square block-triangularly (blocks of 192 rows), then B·W in
+// full. For the profiler and `nanogpt bench train`'s FLOP count.
+double newton_schulz_flops(int64_t rows, int64_t cols, int64_t steps);
+
 }  // namespace nanogpt

@@ -42,21 +42,4 @@ double muon_momentum(int64_t step, const MuonConfig& config) {
   return (1.0 - frac) * config.momentum_start + frac * config.momentum_end;
 }
 
-int64_t window_blocks(int64_t step, int64_t total, int64_t max_window_tokens, int64_t block) {
-  check_step("window_blocks", step, total);
-  if (max_window_tokens < 0 || block <= 0) {
-    throw Error("window_blocks: max_window_tokens " + std::to_string(max_window_tokens) +
-                " must be >= 0 and block " + std::to_string(block) + " positive");
-  }
-  const double x = static_cast<double>(step) / static_cast<double>(total);
-  const double tokens = static_cast<double>(max_window_tokens) * x;
-  // The seed's next_multiple_of_n: the smallest multiple of `block`, at least `block`, that is
-  // >= tokens. The comparison is against the double itself, so 1728·x landing a hair above a
-  // multiple (x is rounded) moves to the next block exactly as in Python.
-  int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(tokens / block)));
-  while (static_cast<double>(blocks * block) < tokens) ++blocks;
-  while (blocks > 1 && static_cast<double>((blocks - 1) * block) >= tokens) --blocks;
-  return blocks;
-}
-
 }  // namespace nanogpt

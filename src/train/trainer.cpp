@@ -7,28 +7,23 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 
 #include "data/token_loader.hpp"
-#include "kernels/gemm/microkernel.hpp"
 #include "model/gpt.hpp"
-#include "model/model_io.hpp"
 #include "optim/gpt_optimizer.hpp"
 #include "optim/schedule.hpp"
-#include "runtime/build_info.hpp"
 #include "runtime/checkpoint.hpp"
-#include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
-#include "runtime/file_io.hpp"
 #include "runtime/profiler.hpp"
-#include "runtime/safetensors.hpp"
-#include "runtime/thread_pool.hpp"
+#include "train/attention_window.hpp"
 #include "train/evaluate.hpp"
+#include "train/run_directory.hpp"
+#include "train/shard_meta.hpp"
+#include "train/train_state.hpp"
+#include "train/train_step.hpp"
 
 namespace nanogpt {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -57,39 +52,6 @@ class SignalScope {
   }, old_term_{};
 };
 
-// The tokenizer recorded next to the training shards (by `nanogpt tokenize`), so sampling can
-// find it later.
-nlohmann::json shards_tokenizer(const std::vector<std::string>& train_files) {
-  if (train_files.empty()) return nullptr;
-  fs::path meta = fs::path(train_files.front()).parent_path() / "meta.json";
-  if (!fs::exists(meta)) return nullptr;
-  try {
-    auto j = nlohmann::json::parse(read_file(meta.string()));
-    if (!j.contains("tokenizer")) return nullptr;
-    auto t = j["tokenizer"];
-    std::string spec = t.value("spec", "");
-    if (!spec.empty() && spec.rfind("gpt2:", 0) != 0) t["spec"] = fs::absolute(spec).string();
-    if (spec.rfind("gpt2:", 0) == 0) t["spec"] = "gpt2:" + fs::absolute(spec.substr(5)).string();
-    return t;
-  } catch (const std::exception&) {
-    return nullptr;
-  }
-}
-
-std::string first_non_finite(const Gpt& model) {
-  for (const ParamTensor& t : model.params().tensors()) {
-    const float* p = model.params().values().data() + t.offset;
-    const float* g = model.grads().data() + t.offset;
-    for (size_t i = 0; i < t.numel; ++i) {
-      if (!std::isfinite(g[i]))
-        return "gradient of " + t.name + " (element " + std::to_string(i) + ")";
-      if (!std::isfinite(p[i]))
-        return "parameter " + t.name + " (element " + std::to_string(i) + ")";
-    }
-  }
-  return "none of the parameters or gradients (the loss itself overflowed)";
-}
-
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   long s = static_cast<long>(seconds + 0.5);
@@ -102,66 +64,7 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-// Keeps only the metrics lines of steps up to `step`, so a resumed run's file reads as if it
-// had never stopped.
-void truncate_metrics(const std::string& path, int64_t step) {
-  if (!file_exists(path)) return;
-  std::string text = read_file(path), kept;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) break;  // a torn last line from a crash is dropped
-    std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
-    try {
-      auto j = nlohmann::json::parse(line);
-      if (j.value("step", int64_t{0}) <= step) kept += line + "\n";
-    } catch (const nlohmann::json::exception&) {
-    }
-  }
-  write_file_atomic(path, kept);
-}
-
-double meta_val_loss(const std::string& checkpoint) {
-  auto meta = nlohmann::json::parse(read_file(checkpoint + "/meta.json"));
-  return meta.contains("val_loss") && meta["val_loss"].is_number()
-             ? meta["val_loss"].get<double>()
-             : std::numeric_limits<double>::quiet_NaN();
-}
-
 }  // namespace
-
-double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32_t> inputs,
-                      std::span<const int32_t> targets, int64_t step, int64_t window_blocks) {
-  const Config& c = model.config();
-  const int64_t T = c.train_seq_len;
-  if (static_cast<int64_t>(inputs.size()) != c.tokens_per_step || targets.size() != inputs.size()) {
-    throw Error("run_train_step: a batch must hold tokens_per_step (" +
-                std::to_string(c.tokens_per_step) + ") inputs and targets, got " +
-                std::to_string(inputs.size()) + " and " + std::to_string(targets.size()));
-  }
-  const int64_t seqs = c.tokens_per_step / T;
-  const int64_t per_pass = c.sequences_per_pass(T);
-  const float loss_scale = 1.0f / static_cast<float>(c.tokens_per_step);
-  model.zero_grads();
-  double loss_sum = 0;
-  for (int64_t s = 0; s < seqs; s += per_pass) {
-    const auto first = static_cast<size_t>(s * T);
-    const auto count = static_cast<size_t>(std::min(per_pass, seqs - s) * T);
-    // Its self time is whatever in the model no finer scope covers.
-    ProfileScope scope("forward_backward", "micro_batch", {static_cast<int64_t>(count), T}, 0, 0);
-    loss_sum += model.forward_backward(inputs.subspan(first, count), targets.subspan(first, count),
-                                       window_blocks, loss_scale, T);
-  }
-  const double loss = loss_sum / static_cast<double>(c.tokens_per_step);
-  if (!std::isfinite(loss)) {
-    throw Error("training diverged at step " + std::to_string(step + 1) + ": loss is " +
-                std::to_string(loss) + "; first non-finite tensor: " + first_non_finite(model) +
-                ". Lower the learning rates (e.g. --set muon_lr=..., adam_embed_lr=...)");
-  }
-  optimizer.step(model.params(), model.grads(), step);
-  return loss;
-}
 
 void request_stop() {
   g_stop.store(true);
@@ -175,13 +78,11 @@ TrainResult train(const TrainOptions& options) {
   validate_config(c);
   g_stop.store(false);
   SignalScope signals;
-  std::error_code ec;
-  fs::create_directories(options.run_dir, ec);
-  if (ec) throw SystemError("cannot create run directory", options.run_dir, ec.value());
+  const RunDirectory run(options.run_dir);
 
   Gpt model(c);
   model.init_parameters(static_cast<uint64_t>(c.seed));
-  GptOptimizer optimizer(model.params(), c);
+  GptOptimizer optimizer(model.params(), c, model.precision());
 
   LoaderOptions lo;
   lo.pattern = options.train_pattern;
@@ -201,7 +102,6 @@ TrainResult train(const TrainOptions& options) {
     TokenLoader check(vo);
   }
 
-  const std::string metrics_path = options.run_dir + "/metrics.jsonl";
   int64_t start_step = 0;
   if (options.resume) {
     std::string ckpt = find_latest_checkpoint(options.run_dir);
@@ -209,95 +109,39 @@ TrainResult train(const TrainOptions& options) {
       throw InputError("--resume: no complete checkpoint under '" + options.run_dir +
                        "/checkpoints'; start without --resume");
     }
-    Config saved = read_checkpoint_config(ckpt);
-    if (config_to_json(saved) != config_to_json(c)) {
-      throw InputError("--resume: the configuration differs from the checkpoint's ('" + ckpt +
-                       "'); resume with the same --config and --set values (see run.json)");
-    }
-    load_model_weights(model, ckpt);
-    SafetensorsReader opt(ckpt + "/optimizer.safetensors");
-    for (auto& st : optimizer.state_tensors()) {
-      *st.data = opt.read_f32(st.name, st.shape);
-    }
-    auto state = nlohmann::json::parse(opt.metadata_value("train_state"));
-    start_step = state.at("step").get<int64_t>();
-    optimizer.set_adam_steps(state.at("adam_steps").get<int64_t>());
-    LoaderPosition pos;
-    pos.shard = state.at("data_position").at("shard").get<uint64_t>();
-    pos.pos = state.at("data_position").at("pos").get<uint64_t>();
-    pos.epoch = state.at("data_position").at("epoch").get<uint64_t>();
-    loader.restore(pos);
-    truncate_metrics(metrics_path, start_step);
+    start_step = load_train_state(ckpt, model, optimizer, loader);
+    run.truncate_metrics(start_step);
     if (start_step >= c.num_iterations) {
       std::fprintf(stderr, "run '%s' is already complete (step %lld of %lld)\n",
                    options.run_dir.c_str(), static_cast<long long>(start_step),
                    static_cast<long long>(c.num_iterations));
       TrainResult done;
       done.final_step = start_step;
-      done.final_val_loss = meta_val_loss(ckpt);
+      done.final_val_loss = checkpoint_val_loss(ckpt);
       done.last_checkpoint = ckpt;
       return done;
     }
     std::fprintf(stderr, "resuming from %s (step %lld)\n", ckpt.c_str(),
                  static_cast<long long>(start_step));
   } else {
-    write_file_atomic(metrics_path, "");
+    run.start_metrics();
   }
 
-  const nlohmann::json tokenizer = shards_tokenizer(loader.files());
-  {
-    nlohmann::ordered_json run;
-    run["config"] = config_to_json(c);
-    run["version"] = NANOGPT_VERSION;
-    run["revision"] = build_revision();
-    run["cpu"] = cpu_info().model_name;
-    run["threads"] = ThreadPool::current().size();
-    // What `precision: auto` and the ISA dispatch chose here: a resume elsewhere may differ.
-    const Precision precision = resolved_precision(c);
-    run["precision"] = precision_name(precision);
-    run["gemm_kernel"] =
-        precision == Precision::kBf16 ? active_bf16_microkernel().isa : active_microkernel().isa;
-    run["command"] = options.command_line;
-    run["train"] = options.train_pattern;
-    run["val"] = options.val_pattern;
-    run["train_files"] = loader.files();
-    run["tokenizer"] = tokenizer;
-    run["resumed_from_step"] = start_step;
-    write_file_atomic(options.run_dir + "/run.json", run.dump(2) + "\n");
-  }
+  // The tokenizer recorded next to the training shards, so sampling can find it later.
+  const std::optional<ShardMeta> shard_meta = read_shard_meta(options.train_pattern);
+  const nlohmann::json tokenizer = shard_meta ? shard_meta->tokenizer : nlohmann::json(nullptr);
+  RunRecord record;
+  record.config = &c;
+  record.precision = model.precision();
+  record.command_line = options.command_line;
+  record.train_pattern = options.train_pattern;
+  record.val_pattern = options.val_pattern;
+  record.train_files = loader.files();
+  record.tokenizer = tokenizer;
+  record.resumed_from_step = start_step;
+  run.write_run_record(record);
 
   const int64_t N = c.num_iterations;
-  const int64_t max_window = c.train_seq_len / c.block_size;
-  auto window_at = [&](int64_t step) {
-    return std::min<int64_t>(max_window, window_blocks(step, N, c.max_window_tokens, c.block_size));
-  };
-  auto save = [&](int64_t step, double train_loss, double val_loss) {
-    CheckpointContents cc;
-    cc.model = model_tensors(model);
-    cc.model_metadata["format"] = "pt";
-    cc.model_metadata["config"] = config_to_json(c).dump();
-    cc.model_metadata["step"] = std::to_string(step);
-    for (auto& st : optimizer.state_tensors())
-      cc.optimizer.push_back({st.name, st.shape, st.data->data()});
-    LoaderPosition pos = loader.position();
-    nlohmann::json state = {
-        {"step", step},
-        {"adam_steps", optimizer.adam_steps()},
-        {"data_position", {{"shard", pos.shard}, {"pos", pos.pos}, {"epoch", pos.epoch}}},
-        {"seed", c.seed}};
-    cc.optimizer_metadata["train_state"] = state.dump();
-    cc.meta = {
-        {"step", step},
-        {"train_loss", train_loss},
-        {"val_loss", std::isfinite(val_loss) ? nlohmann::json(val_loss) : nlohmann::json(nullptr)},
-        {"tokenizer", tokenizer},
-        {"revision", build_revision()}};
-    size_t bytes = model.params().size() * sizeof(float);
-    for (auto& st : optimizer.state_tensors()) bytes += st.data->size() * sizeof(float);
-    ProfileScope scope("checkpoint", "checkpoint.write", {step}, 0, static_cast<double>(bytes));
-    return save_checkpoint(options.run_dir, step, cc);
-  };
-
   const bool live = options.live_line && ::isatty(STDERR_FILENO) == 1;
   TrainResult result;
   result.final_val_loss = std::numeric_limits<double>::quiet_NaN();
@@ -309,7 +153,7 @@ TrainResult train(const TrainOptions& options) {
   int64_t step = start_step;
 
   while (step < N) {
-    const int64_t W = window_at(step);
+    const int64_t W = attention_window_at(c, step);
     auto t0 = std::chrono::steady_clock::now();
     {
       ProfileScope scope("train_step", "train_step", {c.tokens_per_step, W}, 0, 0);
@@ -340,12 +184,7 @@ TrainResult train(const TrainOptions& options) {
       last_val = evaluate(model, options.val_pattern, c.val_tokens, c.val_seq_len, W).loss;
       m["val_loss"] = last_val;
     }
-    {
-      FILE* f = std::fopen(metrics_path.c_str(), "a");
-      if (f == nullptr) throw SystemError("cannot append to", metrics_path, errno);
-      std::fprintf(f, "%s\n", m.dump().c_str());
-      std::fclose(f);
-    }
+    run.append_metrics(m);
     if (live) {
       const double tps = static_cast<double>(trained_tokens) / train_seconds;
       const double eta =
@@ -359,7 +198,8 @@ TrainResult train(const TrainOptions& options) {
     const bool stopping =
         stop_requested() || (options.max_steps > 0 && result.steps_run >= options.max_steps);
     if (last || stopping || (c.checkpoint_every > 0 && step % c.checkpoint_every == 0)) {
-      result.last_checkpoint = save(step, train_loss, last_val);
+      result.last_checkpoint = save_train_state(options.run_dir, step, model, optimizer, loader,
+                                                train_loss, last_val, tokenizer);
     }
     if (stopping && !last) {
       if (live) std::fputc('\n', stderr);

@@ -1,15 +1,12 @@
-// `nanogpt train`: the training loop of the seed on the CPU — batches from the loader,
-// forward/backward with gradient accumulation, Muon + Adam, validation, metrics, checkpoints
-// and exact resume.
+// `nanogpt train`: the training loop of the seed on the CPU — batches from the loader, a
+// training step each (train_step.hpp), validation, metrics and run.json (run_directory.hpp),
+// checkpoints and exact resume (train_state.hpp), and a clean stop on SIGINT/SIGTERM.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
 
-#include "model/config.hpp"
-#include "model/gpt.hpp"
-#include "optim/gpt_optimizer.hpp"
+#include "config/config.hpp"
 
 namespace nanogpt {
 
@@ -35,14 +32,6 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainOptions& options);
-
-// One optimisation step, shared by `train` and `bench train`: the global batch (inputs and
-// targets of tokens_per_step tokens) is cut into sequences of train_seq_len, each runs forward
-// and backward with gradients accumulated for the mean loss, then the optimizer takes step
-// `step` (0-based) of config.num_iterations. Returns the mean loss; throws Error naming the
-// first non-finite tensor if it is not finite (the optimizer has not run then).
-double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32_t> inputs,
-                      std::span<const int32_t> targets, int64_t step, int64_t window_blocks);
 
 // Set by SIGINT/SIGTERM; the loop finishes its step, checkpoints and returns.
 void request_stop();

@@ -3,8 +3,8 @@
 
 #include <random>
 
+#include "config/config.hpp"
 #include "data/token_shard.hpp"
-#include "model/config.hpp"
 
 namespace nanogpt {
 

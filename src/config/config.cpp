@@ -1,7 +1,8 @@
-#include "model/config.hpp"
+#include "config/config.hpp"
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 #include <variant>
 
 #include "kernels/gemm/isa.hpp"
@@ -14,7 +15,7 @@ namespace nanogpt {
 namespace {
 
 using FieldPtr = std::variant<int64_t Config::*, double Config::*, bool Config::*,
-                              std::string Config::*, std::vector<int64_t> Config::*>;
+                              PrecisionSetting Config::*, std::vector<int64_t> Config::*>;
 
 struct Field {
   const char* name;
@@ -77,6 +78,11 @@ const Field& find_field(const std::string& key) {
   throw InputError("unknown configuration key '" + key + "'; known keys: " + known_keys());
 }
 
+constexpr std::pair<PrecisionSetting, const char*> kPrecisionSettings[] = {
+    {PrecisionSetting::kAuto, "auto"},
+    {PrecisionSetting::kFp32, "fp32"},
+    {PrecisionSetting::kBf16, "bf16"}};
+
 void assign_from_json(Config& c, const Field& f, const nlohmann::json& v) {
   auto bad = [&](const char* want) {
     return InputError("configuration key '" + std::string(f.name) + "' must be " + want + ", got " +
@@ -94,9 +100,16 @@ void assign_from_json(Config& c, const Field& f, const nlohmann::json& v) {
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!v.is_boolean()) throw bad("true or false");
           c.*member = v.get<bool>();
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (!v.is_string()) throw bad("a string");
-          c.*member = v.get<std::string>();
+        } else if constexpr (std::is_same_v<T, PrecisionSetting>) {
+          const char* allowed = "\"auto\", \"fp32\" or \"bf16\"";
+          if (!v.is_string()) throw bad(allowed);
+          for (auto [setting, name] : kPrecisionSettings) {
+            if (v.get<std::string>() == name) {
+              c.*member = setting;
+              return;
+            }
+          }
+          throw bad(allowed);
         } else {
           if (!v.is_array()) throw bad("a list of integers, e.g. [7]");
           std::vector<int64_t> out;
@@ -128,6 +141,10 @@ bool Config::is_long_window(int64_t layer) const {
     return kSeed[layer];
   }
   return layer % 4 == 0 || layer == num_layers - 1;
+}
+
+int64_t Config::layer_window_blocks(int64_t layer, int64_t window_blocks) const {
+  return is_long_window(layer) ? window_blocks : std::max<int64_t>(1, window_blocks / 2);
 }
 
 int Config::value_embed_index(int64_t layer) const {
@@ -184,7 +201,7 @@ Config config_from_json(const nlohmann::json& j, Config base) {
   return base;
 }
 
-Config load_config(const std::string& preset_or_file) {
+Config load_config(const std::string& preset_or_file, ConfigOrigins* origins) {
   for (const auto& n : preset_names()) {
     if (n == preset_or_file) return preset(n);
   }
@@ -199,13 +216,19 @@ Config load_config(const std::string& preset_or_file) {
     std::string base = j.is_object() && j.contains("preset") && j["preset"].is_string()
                            ? j["preset"].get<std::string>()
                            : "cpu";
-    return config_from_json(j, preset(base));
+    Config c = config_from_json(j, preset(base));
+    if (origins != nullptr) {
+      for (const auto& [key, value] : j.items()) {
+        if (key != "preset") (*origins)[key] = "configuration file '" + preset_or_file + "'";
+      }
+    }
+    return c;
   } catch (const InputError& e) {
     throw InputError("configuration file '" + preset_or_file + "': " + e.what());
   }
 }
 
-void set_config_value(Config& config, const std::string& assignment) {
+void set_config_value(Config& config, const std::string& assignment, ConfigOrigins* origins) {
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
     throw InputError("--set expects key=value, got '" + assignment + "'");
@@ -214,25 +237,35 @@ void set_config_value(Config& config, const std::string& assignment) {
   std::string value = assignment.substr(eq + 1);
   const Field& f = find_field(key);
   nlohmann::json v;
-  if (std::holds_alternative<std::string Config::*>(f.ptr)) {
-    // Strings are taken as written (--set precision=bf16), or as JSON when quoted.
+  if (std::holds_alternative<PrecisionSetting Config::*>(f.ptr)) {
+    // Names are taken as written (--set precision=bf16), or as JSON when quoted.
     const bool quoted = value.size() >= 2 && value.front() == '"' && value.back() == '"';
-    assign_from_json(config, f, nlohmann::json(quoted ? value.substr(1, value.size() - 2) : value));
-    return;
-  }
-  try {
-    v = nlohmann::json::parse(value);
-  } catch (const nlohmann::json::exception&) {
-    throw InputError("--set " + key + ": cannot parse '" + value +
-                     "' (numbers, true/false, or lists like [7] are accepted)");
+    v = quoted ? value.substr(1, value.size() - 2) : value;
+  } else {
+    try {
+      v = nlohmann::json::parse(value);
+    } catch (const nlohmann::json::exception&) {
+      throw InputError("--set " + key + ": cannot parse '" + value +
+                       "' (numbers, true/false, or lists like [7] are accepted)");
+    }
   }
   assign_from_json(config, f, v);
+  if (origins != nullptr) (*origins)[key] = "--set " + assignment;
 }
 
 nlohmann::ordered_json config_to_json(const Config& c) {
   nlohmann::ordered_json j;
   for (const Field& f : fields()) {
-    std::visit([&](auto member) { j[f.name] = c.*member; }, f.ptr);
+    std::visit(
+        [&](auto member) {
+          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c.*member)>,
+                                       PrecisionSetting>) {
+            j[f.name] = precision_setting_name(c.*member);
+          } else {
+            j[f.name] = c.*member;
+          }
+        },
+        f.ptr);
   }
   return j;
 }
@@ -303,13 +336,11 @@ void validate_config(const Config& c) {
     if (!(v >= 0 && v < 1)) fail(name, "must be in [0, 1)");
   }
   if (!(c.adam_eps > 0)) fail("adam_eps", "must be positive");
-  if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
-    fail("precision", "must be \"auto\", \"fp32\" or \"bf16\", got \"" + c.precision + "\"");
 }
 
 Precision resolved_precision(const Config& c) {
-  if (c.precision == "fp32") return Precision::kFp32;
-  if (c.precision == "bf16") return Precision::kBf16;
+  if (c.precision == PrecisionSetting::kFp32) return Precision::kFp32;
+  if (c.precision == PrecisionSetting::kBf16) return Precision::kBf16;
   // auto: bf16 where it is faster, which is where the bf16 GEMM multiplies bf16 natively: AMX,
   // or VDPBF16PS where the autotuner measured it faster than the FMA units (AMD Zen 4: twice
   // as fast). Where it chose the FMA kernel on rounded operands (some Xeons without AMX:
@@ -319,6 +350,13 @@ Precision resolved_precision(const Config& c) {
 
 const char* precision_name(Precision p) {
   return p == Precision::kBf16 ? "bf16" : "fp32";
+}
+
+const char* precision_setting_name(PrecisionSetting p) {
+  for (auto [setting, name] : kPrecisionSettings) {
+    if (setting == p) return name;
+  }
+  throw Error("precision_setting_name: not a PrecisionSetting");
 }
 
 }  // namespace nanogpt

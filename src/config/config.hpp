@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -13,6 +14,9 @@
 #include "runtime/integer_math.hpp"
 
 namespace nanogpt {
+
+// What the `precision` key asks for; a run multiplies in the Precision it resolves to.
+enum class PrecisionSetting { kAuto, kFp32, kBf16 };
 
 struct Config {
   // Model (seed: GPT(vocab_size, num_layers, num_heads, model_dim)).
@@ -29,11 +33,10 @@ struct Config {
   bool fp8_head = true;
   double attn_scale = 0.12;
   double logit_softcap = 30.0;
-  // Arithmetic of the matrix products: "fp32", "bf16" (bf16 operands into the GEMMs, attention
-  // and the head, fp32 accumulation; fp32 master weights, optimizer state, norms, softmax
-  // statistics and loss), or "auto": bf16 where this CPU multiplies bf16 faster than fp32
-  // (AMX, or AVX512-BF16 where it beats the FMA units), else fp32 (resolved_precision).
-  std::string precision = "auto";
+  // Arithmetic of the matrix products, the key `precision`: "fp32", "bf16" (bf16 operands into
+  // the GEMMs, attention and the head, fp32 accumulation; fp32 master weights, optimizer state,
+  // norms, softmax statistics and loss), or "auto": decided by this CPU (resolved_precision).
+  PrecisionSetting precision = PrecisionSetting::kAuto;
 
   // Data and batches.
   int64_t train_seq_len = 48 * 1024;
@@ -76,6 +79,9 @@ struct Config {
   bool has_attention(int64_t layer) const;
   // The seed's long/short window pattern.
   bool is_long_window(int64_t layer) const;
+  // The window in blocks of `layer` when the long layers' is window_blocks: short layers see
+  // half, at least one block (whether the layer has attention at all is has_attention's).
+  int64_t layer_window_blocks(int64_t layer, int64_t window_blocks) const;
   // Index (0..2) of the value embedding feeding `layer`, or -1.
   int value_embed_index(int64_t layer) const;
 };
@@ -84,17 +90,31 @@ struct Config {
 std::vector<std::string> preset_names();
 Config preset(const std::string& name);
 
+// Where each key given explicitly got its value ("--set vocab_size=1024", "configuration file
+// 'c.json'"); a key not in it holds the preset's default, which the data may replace
+// (train/shard_meta.hpp).
+using ConfigOrigins = std::map<std::string, std::string>;
+
 // PRESET or FILE.json (a preset name, or a JSON object over a preset given by its "preset"
-// key, default "cpu").
-Config load_config(const std::string& preset_or_file);
-// Applies "key=value"; the value is parsed as the key's type.
-void set_config_value(Config& config, const std::string& assignment);
+// key, default "cpu"). With `origins`, records the keys the file sets.
+Config load_config(const std::string& preset_or_file, ConfigOrigins* origins = nullptr);
+// Applies "key=value"; the value is parsed as the key's type. With `origins`, records the key.
+void set_config_value(Config& config, const std::string& assignment,
+                      ConfigOrigins* origins = nullptr);
 // Throws InputError naming the first invalid field and what is allowed.
 void validate_config(const Config& config);
 
-// The precision a run uses: `precision`, with "auto" decided by this CPU.
+// The precision a run multiplies in: fp32 or bf16 as set, and for "auto" bf16 where this CPU
+// multiplies bf16 faster than fp32 (AMX, or AVX512-BF16 where the autotuner timed VDPBF16PS
+// faster than the FMA units), else fp32. Deciding "auto" may time the bf16 micro-kernels the
+// first time in a process (microkernel_dispatch.cpp), so it is resolved once, where a run
+// starts: Gpt's constructor resolves it and keeps it (Gpt::precision()), and everything else —
+// the optimizer, run.json, `bench train` — takes the model's.
 Precision resolved_precision(const Config& config);
+// "fp32" or "bf16".
 const char* precision_name(Precision p);
+// "auto", "fp32" or "bf16", as the key is spelled.
+const char* precision_setting_name(PrecisionSetting p);
 
 nlohmann::ordered_json config_to_json(const Config& config);
 Config config_from_json(const nlohmann::json& j, Config base);

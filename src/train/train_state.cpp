@@ -1,0 +1,75 @@
+#include "train/train_state.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "model/model_io.hpp"
+#include "runtime/build_info.hpp"
+#include "runtime/checkpoint.hpp"
+#include "runtime/error.hpp"
+#include "runtime/file_io.hpp"
+#include "runtime/profiler.hpp"
+#include "runtime/safetensors.hpp"
+
+namespace nanogpt {
+
+std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt& model,
+                             GptOptimizer& optimizer, const TokenLoader& loader, double train_loss,
+                             double val_loss, const nlohmann::json& tokenizer) {
+  const Config& c = model.config();
+  CheckpointContents cc;
+  cc.model = model_tensors(model);
+  cc.model_metadata["format"] = "pt";
+  cc.model_metadata["config"] = config_to_json(c).dump();
+  cc.model_metadata["step"] = std::to_string(step);
+  for (auto& st : optimizer.state_tensors())
+    cc.optimizer.push_back({st.name, st.shape, st.data->data()});
+  LoaderPosition pos = loader.position();
+  nlohmann::json state = {
+      {"step", step},
+      {"adam_steps", optimizer.adam_steps()},
+      {"data_position", {{"shard", pos.shard}, {"pos", pos.pos}, {"epoch", pos.epoch}}},
+      {"seed", c.seed}};
+  cc.optimizer_metadata["train_state"] = state.dump();
+  cc.meta = {
+      {"step", step},
+      {"train_loss", train_loss},
+      {"val_loss", std::isfinite(val_loss) ? nlohmann::json(val_loss) : nlohmann::json(nullptr)},
+      {"tokenizer", tokenizer},
+      {"revision", build_revision()}};
+  size_t bytes = model.params().size() * sizeof(float);
+  for (auto& st : optimizer.state_tensors()) bytes += st.data->size() * sizeof(float);
+  ProfileScope scope("checkpoint", "checkpoint.write", {step}, 0, static_cast<double>(bytes));
+  return save_checkpoint(run_dir, step, cc);
+}
+
+int64_t load_train_state(const std::string& checkpoint, Gpt& model, GptOptimizer& optimizer,
+                         TokenLoader& loader) {
+  Config saved = read_checkpoint_config(checkpoint);
+  if (config_to_json(saved) != config_to_json(model.config())) {
+    throw InputError("--resume: the configuration differs from the checkpoint's ('" + checkpoint +
+                     "'); resume with the same --config and --set values (see run.json)");
+  }
+  load_model_weights(model, checkpoint);
+  SafetensorsReader opt(checkpoint + "/optimizer.safetensors");
+  for (auto& st : optimizer.state_tensors()) {
+    *st.data = opt.read_f32(st.name, st.shape);
+  }
+  auto state = nlohmann::json::parse(opt.metadata_value("train_state"));
+  optimizer.set_adam_steps(state.at("adam_steps").get<int64_t>());
+  LoaderPosition pos;
+  pos.shard = state.at("data_position").at("shard").get<uint64_t>();
+  pos.pos = state.at("data_position").at("pos").get<uint64_t>();
+  pos.epoch = state.at("data_position").at("epoch").get<uint64_t>();
+  loader.restore(pos);
+  return state.at("step").get<int64_t>();
+}
+
+double checkpoint_val_loss(const std::string& checkpoint) {
+  auto meta = nlohmann::json::parse(read_file(checkpoint + "/meta.json"));
+  return meta.contains("val_loss") && meta["val_loss"].is_number()
+             ? meta["val_loss"].get<double>()
+             : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace nanogpt
