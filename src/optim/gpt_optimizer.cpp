@@ -29,6 +29,11 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config) : c
       case ParamGroup::kScalar:
         s.base_lr = config.adam_scalar_lr;
         break;
+      case ParamGroup::kRouter:
+        // The smallest Adam rate: a router's logits are unscaled sums over model_dim, so its
+        // steps move the routing of every token at once.
+        s.base_lr = config.adam_scalar_lr;
+        break;
     }
     if (t.group != ParamGroup::kMatrix) {
       s.exp_avg.assign(t.numel, 0.0f);
@@ -37,7 +42,7 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config) : c
     slots_.push_back(std::move(s));
   }
   // A [3, R, C] weight (qkv_w) is three matrices, each orthogonalised on its own, as the seed's
-  // batched Newton–Schulz does.
+  // batched Newton–Schulz does; so is an [E, R, C] stack of experts' matrices, one per expert.
   for (size_t i = 0; i < slots_.size(); ++i) {
     const ParamTensor& t = *slots_[i].param;
     if (t.group != ParamGroup::kMatrix) continue;
