@@ -14,12 +14,17 @@
 #include <cstring>
 
 #include "model/gpt.hpp"
+#include "model/model_io.hpp"
 #include "optim/gpt_optimizer.hpp"
 #include "optim/muon.hpp"
 #include "optim/schedule.hpp"
+#include "runtime/checkpoint.hpp"
+#include "runtime/file_io.hpp"
 #include "runtime/random.hpp"
 #include "runtime/thread_pool.hpp"
+#include "test_support.hpp"
 #include "test_support_model.hpp"
+#include "train/trainer.hpp"
 
 namespace nanogpt {
 namespace {
@@ -349,6 +354,40 @@ TEST(GptMoe, MuonUpdatesEachExpertsMatrixOnItsOwn) {
   }
   EXPECT_TRUE(router_has_adam);
   EXPECT_FALSE(router_has_muon);
+}
+
+// `nanogpt train` with MoE blocks: the language loss falls, every metrics line carries the
+// balancing loss, and the checkpoint reloads as the same MoE model.
+TEST(GptMoe, TrainsLogsItsBalanceAndReloads) {
+  TempDir data;
+  write_synthetic_shards(data.path());
+  TrainOptions o;
+  o.config = moe_config();
+  o.config.num_iterations = 20;
+  o.config.val_loss_every = 10;
+  o.train_pattern = data.path() + "/train_*.bin";
+  o.val_pattern = data.path() + "/val_*.bin";
+  o.run_dir = data.path() + "/run";
+  o.live_line = false;
+  const TrainResult r = train(o);
+  EXPECT_EQ(r.final_step, 20);
+  std::vector<double> val;
+  const std::string text = read_file(o.run_dir + "/metrics.jsonl");
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t end = text.find('\n', pos);
+    const auto j = nlohmann::json::parse(text.substr(pos, end - pos));
+    ASSERT_TRUE(j.contains("moe_aux_loss")) << j.dump();
+    EXPECT_GT(j["moe_aux_loss"].get<double>(), 0.0);
+    if (j.contains("val_loss")) val.push_back(j["val_loss"].get<double>());
+    pos = end + 1;
+  }
+  ASSERT_EQ(val.size(), 2u);
+  // The zero-initialised head starts uniform over the padded vocabulary.
+  const double start = std::log(static_cast<double>(o.config.vocab_padded()));
+  EXPECT_LT(r.final_val_loss, start - 1.0) << "validation loss should fall";
+  auto model = load_model(find_latest_checkpoint(o.run_dir));
+  EXPECT_EQ(model->config().moe_layers, o.config.moe_layers);
+  EXPECT_TRUE(model->params().contains("blocks.3.mlp.experts.c_proj.weight"));
 }
 
 }  // namespace
