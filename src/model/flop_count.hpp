@@ -7,7 +7,8 @@
 // What is counted, per sequence of T tokens (d = model_dim, HD = num_heads·head_dim, Vp =
 // vocab_padded):
 //   linear_fwd     2·T·(d·3HD + HD·d) per attention layer (qkv, attn.c_proj) and
-//                  2·T·(d·4d + 4d·d) per layer (mlp.c_fc, mlp.c_proj)
+//                  2·T·(d·4d + 4d·d) per layer (mlp.c_fc, mlp.c_proj); in a MoE layer
+//                  2·T·(d·E + k·2·d·hidden) (the router; each token's k experts)
 //   linear_bwd     2 × linear_fwd: the input gradient and the weight gradient
 //   attention_fwd  QKᵀ and P·V: 4·head_dim·num_heads per visible (query, key) pair
 //   attention_bwd  dP = dO·Vᵀ, dV = Pᵀ·dO, dK = dSᵀ·Q, dQ = dS·K: 8·head_dim·num_heads per pair
@@ -19,7 +20,7 @@
 //                  once: it keeps a row block's logits and forms the gradient from them)
 //   lm_head_bwd    dx = G·W and dW = Gᵀ·x: 4·T·Vp·d
 // and per optimizer step
-//   newton_schulz  Muon's orthogonalisation of every matrix (qkv_w as three), as
+//   newton_schulz  Muon's orthogonalisation of every matrix (qkv_w as three, each expert's), as
 //                  src/optim/newton_schulz.cpp multiplies: per iteration the Gram matrix and
 //                  its square block-triangularly (blocks of 192 rows), then B·X in full.
 //
