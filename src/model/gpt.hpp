@@ -73,7 +73,8 @@ class GptT {
   // grads() (so batches accumulate). `window_blocks` is the long-layer window W; short layers
   // use max(1, W/2). Returns Σ_t loss_t. With MoE blocks, the gradients are those of
   // loss_scale·(Σ_t loss_t + T·moe_aux_loss_coef·moe_aux_loss()), the returned value the
-  // language loss alone.
+  // language loss alone. The balancing loss is taken over the call's T tokens (a GShard group),
+  // so unlike the language loss its gradient depends on how sequences are batched.
   double forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets,
                           int64_t window_blocks, float loss_scale, int64_t seq_len = 0);
   // Forward only. per_token (nullable) receives each position's loss. Returns Σ_t loss_t.
