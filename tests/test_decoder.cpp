@@ -130,6 +130,19 @@ TEST(GptDecoder, GroupedQueryAttentionDecodesAsTheFullForward) {
   check_decoder_against_full_forward("bf16", 0, 2e-3, gqa_config(1));
 }
 
+// Mixture-of-experts MLPs (blocks 1 and 3 of 6; 4 experts, top-2) route each token of a chunk
+// or a step as the full forward routes it. fp32 only: in bf16 an activation a rounding away
+// could move a token whose top-2 is nearly tied to another expert, which the bound cannot hold.
+TEST(GptDecoder, MixtureOfExpertsDecodesAsTheFullForward) {
+  Config c = micro_config();
+  c.num_experts = 4;
+  c.experts_per_token = 2;
+  c.moe_layers = {1, 3};
+  c.moe_hidden_dim = 48;
+  check_decoder_against_full_forward("fp32", 0, 1e-5, c);
+  check_decoder_against_full_forward("fp32", 170, 1e-5, c);
+}
+
 // The cache holds H_kv·D keys and values per position and attention layer: num_heads /
 // num_kv_heads times fewer bytes than one per query head.
 TEST(GptDecoder, GroupedQueryAttentionShrinksTheCacheByTheGroupSize) {

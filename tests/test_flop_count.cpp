@@ -124,6 +124,29 @@ TEST(FlopCount, LinearAndHeadAreSixFlopsPerWeightPerToken) {
   EXPECT_EQ(f.lm_head_fwd + f.lm_head_bwd, 6 * head * tokens);
 }
 
+// A mixture of experts counts the weights a token goes through: the router and k of the E
+// experts; Muon orthogonalises all E experts' matrices.
+TEST(FlopCount, MixtureOfExpertsCountsTheActiveWeights) {
+  Config c = small();
+  c.num_experts = 4;
+  c.experts_per_token = 2;
+  c.moe_layers = {1, 3};
+  Gpt model(c);
+  double active = 0;
+  for (const ParamTensor& t : model.params().tensors()) {
+    const double n = static_cast<double>(t.numel);
+    if (t.group == ParamGroup::kRouter) active += n;
+    if (t.group != ParamGroup::kMatrix) continue;
+    active += t.name.find("experts") != std::string::npos ? n / 4 * 2 : n;
+  }
+  const FlopCount f = train_step_flops(c, 1);
+  EXPECT_EQ(f.linear_fwd + f.linear_bwd, 6 * active * static_cast<double>(c.tokens_per_step));
+  // moe_hidden_dim 0: each expert is as wide as the dense MLP, so 3 more MLPs' worth per layer.
+  const int64_t d = c.model_dim, s = c.muon_ns_steps;
+  const double mlp = newton_schulz_flops(4 * d, d, s) + newton_schulz_flops(d, 4 * d, s);
+  EXPECT_EQ(f.newton_schulz, train_step_flops(small(), 1).newton_schulz + 2 * 3 * mlp);
+}
+
 TEST(FlopCount, ForwardOnlyForEvaluation) {
   const Config c = small();
   const FlopCount f = sequence_flops(c, 128, 4, /*backward=*/false);

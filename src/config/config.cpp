@@ -34,6 +34,11 @@ const std::vector<Field>& fields() {
       {"attn_free_layers", &Config::attn_free_layers},
       {"eot_id", &Config::eot_id},
       {"fp8_head", &Config::fp8_head},
+      {"num_experts", &Config::num_experts},
+      {"experts_per_token", &Config::experts_per_token},
+      {"moe_layers", &Config::moe_layers},
+      {"moe_hidden_dim", &Config::moe_hidden_dim},
+      {"moe_aux_loss_coef", &Config::moe_aux_loss_coef},
       {"attn_scale", &Config::attn_scale},
       {"logit_softcap", &Config::logit_softcap},
       {"precision", &Config::precision},
@@ -132,6 +137,11 @@ int64_t Config::sequences_per_pass(int64_t seq_len) const {
 bool Config::has_attention(int64_t layer) const {
   return std::find(attn_free_layers.begin(), attn_free_layers.end(), layer) ==
          attn_free_layers.end();
+}
+
+bool Config::is_moe_layer(int64_t layer) const {
+  return num_experts > 0 &&
+         std::find(moe_layers.begin(), moe_layers.end(), layer) != moe_layers.end();
 }
 
 bool Config::is_long_window(int64_t layer) const {
@@ -293,6 +303,26 @@ void validate_config(const Config& c) {
       fail("attn_free_layers",
            "entry " + std::to_string(l) + " is not a layer index in [0, num_layers)");
   }
+  if (c.num_experts < 0) fail("num_experts", "must be >= 0 (0: dense MLPs)");
+  if (c.num_experts > 0) {
+    if (c.experts_per_token < 1 || c.experts_per_token > c.num_experts) {
+      fail("experts_per_token", "must be in [1, num_experts = " + std::to_string(c.num_experts) +
+                                    "], got " + std::to_string(c.experts_per_token));
+    }
+    if (c.moe_layers.empty()) {
+      fail("moe_layers",
+           "names no layer although num_experts = " + std::to_string(c.num_experts) +
+               "; list the blocks whose MLP becomes a mixture of experts, e.g. [1,3]");
+    }
+  } else if (!c.moe_layers.empty()) {
+    fail("moe_layers", "needs num_experts >= 1 (set num_experts, or leave moe_layers empty)");
+  }
+  for (int64_t l : c.moe_layers) {
+    if (l < 0 || l >= c.num_layers)
+      fail("moe_layers", "entry " + std::to_string(l) + " is not a layer index in [0, num_layers)");
+  }
+  if (c.moe_hidden_dim < 0) fail("moe_hidden_dim", "must be >= 0 (0: 4·model_dim)");
+  if (!(c.moe_aux_loss_coef >= 0)) fail("moe_aux_loss_coef", "must be >= 0");
   if (c.eot_id < 0 || c.eot_id >= c.vocab_size)
     fail("eot_id", "must be a token id below vocab_size");
   if (c.attn_scale <= 0) fail("attn_scale", "must be positive");

@@ -31,6 +31,16 @@ struct Config {
   std::vector<int64_t> attn_free_layers = {7};  // the seed drops attention in layer 7 of 12
   int64_t eot_id = 50256;
   bool fp8_head = true;
+  // Mixture of experts (0 experts: every MLP dense, the seed's model). In the blocks listed in
+  // moe_layers the MLP becomes num_experts expert MLPs of moe_hidden_dim (0: 4·model_dim), each
+  // token sent to its experts_per_token most probable ones by a linear router (dropless: no
+  // capacity limit). moe_aux_loss_coef weights the Switch/GShard load-balancing loss E·Σ f_e·P_e;
+  // 0.01 is Switch Transformer's α: it evens the load without competing with the language loss.
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 2;
+  std::vector<int64_t> moe_layers = {};
+  int64_t moe_hidden_dim = 0;
+  double moe_aux_loss_coef = 0.01;
   double attn_scale = 0.12;
   double logit_softcap = 30.0;
   // Arithmetic of the matrix products, the key `precision`: "fp32", "bf16" (bf16 operands into
@@ -77,6 +87,9 @@ struct Config {
   // Whole sequences of `seq_len` per forward/backward pass under micro_batch_tokens.
   int64_t sequences_per_pass(int64_t seq_len) const;
   bool has_attention(int64_t layer) const;
+  // Whether `layer`'s MLP is a mixture of experts, and each expert's hidden width.
+  bool is_moe_layer(int64_t layer) const;
+  int64_t moe_hidden() const { return moe_hidden_dim > 0 ? moe_hidden_dim : 4 * model_dim; }
   // The seed's long/short window pattern.
   bool is_long_window(int64_t layer) const;
   // The window in blocks of `layer` when the long layers' is window_blocks: short layers see

@@ -1,6 +1,5 @@
 #include "kernels/attention_tile_math.hpp"
 
-
 #include "kernels/attention_mask.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/exp_approx.hpp"

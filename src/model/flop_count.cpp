@@ -83,7 +83,14 @@ FlopCount sequence_flops(const Config& c, int64_t T, int64_t window_blocks, bool
   const double per_pair = static_cast<double>(c.num_heads * c.head_dim);
   FlopCount f;
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    f.linear_fwd += 2 * t * (d * 4 * d + 4 * d * d);
+    if (c.is_moe_layer(i)) {
+      // The router, and each token's k experts' c_fc and c_proj (only the routed rows).
+      const double hidden = static_cast<double>(c.moe_hidden());
+      f.linear_fwd += 2 * t * d * static_cast<double>(c.num_experts);
+      f.linear_fwd += 2 * t * static_cast<double>(c.experts_per_token) * (2 * d * hidden);
+    } else {
+      f.linear_fwd += 2 * t * (d * 4 * d + 4 * d * d);
+    }
     const int64_t w = attention_window_blocks(c, i, window_blocks);
     if (w == 0) continue;
     f.linear_fwd += 2 * t * (d * qkv_rows + hd * d);

@@ -7,7 +7,8 @@
 // What is counted, per sequence of T tokens (d = model_dim, HD = num_heads·head_dim, Vp =
 // vocab_padded):
 //   linear_fwd     2·T·(d·3HD + HD·d) per attention layer (qkv, attn.c_proj) and
-//                  2·T·(d·4d + 4d·d) per layer (mlp.c_fc, mlp.c_proj)
+//                  2·T·(d·4d + 4d·d) per layer (mlp.c_fc, mlp.c_proj); in a MoE layer
+//                  2·T·(d·E + k·2·d·hidden) (the router; each token's k experts)
 //   linear_bwd     2 × linear_fwd: the input gradient and the weight gradient
 //   attention_fwd  QKᵀ and P·V: 4·head_dim·num_heads per visible (query, key) pair
 //   attention_bwd  dP = dO·Vᵀ, dV = Pᵀ·dO, dK = dSᵀ·Q, dQ = dS·K: 8·head_dim·num_heads per pair
@@ -19,7 +20,8 @@
 //                  once: it keeps a row block's logits and forms the gradient from them)
 //   lm_head_bwd    dx = G·W and dW = Gᵀ·x: 4·T·Vp·d
 // and per optimizer step
-//   newton_schulz  Muon's orthogonalisation of every matrix (qkv_w as three), filled in by the
+//   newton_schulz  Muon's orthogonalisation of every matrix (q, k, v and each expert's one by one),
+//   filled in by the
 //                  optimizer's count (muon_newton_schulz_flops, src/optim/gpt_optimizer.hpp);
 //                  train_step_flops (src/train/train_step.hpp) adds it to a step's model FLOPs.
 //

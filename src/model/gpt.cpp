@@ -61,10 +61,23 @@ GptT<Real>::GptT(const Config& config) : config_(config), precision_(resolved_pr
       params_.add(block_name(i, "attn.c_proj.weight"), {d, HD}, ParamGroup::kMatrix,
                   ParamInit::kZero);
     }
-    params_.add(block_name(i, "mlp.c_fc.weight"), {4 * d, d}, ParamGroup::kMatrix,
-                ParamInit::kUniformFanIn);
-    params_.add(block_name(i, "mlp.c_proj.weight"), {d, 4 * d}, ParamGroup::kMatrix,
-                ParamInit::kZero);
+    if (config_.is_moe_layer(i)) {
+      // Stacked per expert, as a PyTorch MoE holds them; Muon splits the stacks into E matrices.
+      // The router starts like a hidden matrix: logits of standard deviation about 0.5 on the
+      // normalised input, varied enough to spread tokens, far from one-hot.
+      const int64_t E = config_.num_experts, hidden = config_.moe_hidden();
+      params_.add(block_name(i, "mlp.router.weight"), {E, d}, ParamGroup::kRouter,
+                  ParamInit::kUniformFanIn);
+      params_.add(block_name(i, "mlp.experts.c_fc.weight"), {E, hidden, d}, ParamGroup::kMatrix,
+                  ParamInit::kUniformFanIn);
+      params_.add(block_name(i, "mlp.experts.c_proj.weight"), {E, d, hidden}, ParamGroup::kMatrix,
+                  ParamInit::kZero);
+    } else {
+      params_.add(block_name(i, "mlp.c_fc.weight"), {4 * d, d}, ParamGroup::kMatrix,
+                  ParamInit::kUniformFanIn);
+      params_.add(block_name(i, "mlp.c_proj.weight"), {d, 4 * d}, ParamGroup::kMatrix,
+                  ParamInit::kZero);
+    }
     params_.add(block_name(i, "lambdas"), {2}, ParamGroup::kScalar, ParamInit::kBlockLambdas);
   }
   params_.add("lm_head.weight", {config_.vocab_padded(), d}, ParamGroup::kHead, ParamInit::kZero);
@@ -96,8 +109,14 @@ GptWeights<Real> GptT<Real>::bind(Real* base) const {
       const int ve = config_.value_embed_index(i);
       if (ve >= 0) b.value_embed = w.value_embeds[static_cast<size_t>(ve)];
     }
-    b.c_fc = at(block_name(i, "mlp.c_fc.weight"));
-    b.mlp_proj = at(block_name(i, "mlp.c_proj.weight"));
+    if (config_.is_moe_layer(i)) {
+      b.router = at(block_name(i, "mlp.router.weight"));
+      b.expert_fc = at(block_name(i, "mlp.experts.c_fc.weight"));
+      b.expert_proj = at(block_name(i, "mlp.experts.c_proj.weight"));
+    } else {
+      b.c_fc = at(block_name(i, "mlp.c_fc.weight"));
+      b.mlp_proj = at(block_name(i, "mlp.c_proj.weight"));
+    }
     b.lambdas = at(block_name(i, "lambdas"));
   }
   return w;
@@ -166,8 +185,18 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
     resize(A.x_attn, T * d);
     resize(A.norm2, T * d);
     resize(A.rstd2, T);
-    resize(A.h, T * 4 * d);
     resize(A.x_out, T * d);
+    if (config_.is_moe_layer(i)) {
+      const int64_t rows = T * config_.experts_per_token;
+      resize(A.router_probs, T * config_.num_experts);
+      resize(A.expert_ids, rows);
+      resize(A.gates, rows);
+      resize(A.xe, rows * d);
+      resize(A.he, rows * config_.moe_hidden());
+      resize(A.ye, rows * d);
+    } else {
+      resize(A.h, T * 4 * d);
+    }
     if (config_.has_attention(i)) {
       resize(A.norm1, T * d);
       resize(A.rstd1, T);
@@ -187,6 +216,14 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
   resize(dqkv_, T * s.row());
   resize(dattn_, T * HD);
   resize(dnorm_, T * d);
+  if (!config_.moe_layers.empty()) {
+    const int64_t rows = T * config_.experts_per_token;
+    resize(dye_, rows * d);
+    resize(dhe_, rows * config_.moe_hidden());
+    resize(dxe_, rows * d);
+    resize(dgates_, rows);
+    resize(dlogits_, T * config_.num_experts);
+  }
   for (auto& skip : dskip_) resize(skip, T * d);
 }
 
@@ -322,10 +359,28 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                          A.x_out.data());
     ReluSquaredEpilogue<Real> relu2;
     relu2.relu_squared = true;
-    linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, A.norm2.data(), w.c_fc, Real(0),
-                   A.h.data(), relu2);
-    linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, A.h.data(), w.mlp_proj, Real(1),
-                   A.x_out.data());
+    if (config_.is_moe_layer(i)) {
+      // Router in fp32 whatever the run's precision (its top-k decides the routing), then each
+      // token's rows through its experts, stacked in expert order, and back.
+      const int64_t E = config_.num_experts, k = config_.experts_per_token;
+      const int64_t hidden = config_.moe_hidden();
+      linear_forward(Precision::kFp32, "moe.router.fwd", T, d, E, A.norm2.data(), w.router, Real(0),
+                     A.router_probs.data());
+      moe_route_forward(T, E, k, A.router_probs.data(), A.expert_ids.data(), A.gates.data());
+      A.plan = plan_moe_routing(T, E, k, A.expert_ids.data());
+      A.aux_loss = load_balancing_loss(A.plan, A.router_probs.data());
+      model_moe_gather(A.plan, d, A.norm2.data(), A.xe.data());
+      expert_linear_forward(precision_, "moe.c_fc.fwd.relu2", A.plan, d, hidden, A.xe.data(),
+                            w.expert_fc, A.he.data(), relu2);
+      expert_linear_forward(precision_, "moe.c_proj.fwd", A.plan, hidden, d, A.he.data(),
+                            w.expert_proj, A.ye.data());
+      model_moe_combine(A.plan, d, A.ye.data(), A.gates.data(), A.x_out.data());
+    } else {
+      linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, A.norm2.data(), w.c_fc, Real(0),
+                     A.h.data(), relu2);
+      linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, A.h.data(), w.mlp_proj, Real(1),
+                     A.x_out.data());
+    }
     x = A.x_out.data();
   }
   rmsnorm_rows_forward("final_norm", T, d, x, final_norm_.data(), rstd_final_.data());
@@ -407,16 +462,43 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
 
     // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ. dh_ is the gradient of c_fc's
     // output: that of h times relu²'s derivative (from h), in the product's epilogue.
-    linear_backward_weight(precision_, "mlp.c_proj.dW", T, 4 * d, d, dx, A.h.data(), g.mlp_proj);
-    ReluSquaredEpilogue<Real> relu2_grad;
-    relu2_grad.relu_squared_output = A.h.data();
-    relu2_grad.ld = 4 * d;
-    linear_backward_input(precision_, "mlp.c_proj.dX.relu2_bwd", T, 4 * d, d, dx, w.mlp_proj,
-                          dh_.data(), relu2_grad);
-    linear_backward_weight(precision_, "mlp.c_fc.dW", T, d, 4 * d, dh_.data(), A.norm2.data(),
-                           g.c_fc);
-    linear_backward_input(precision_, "mlp.c_fc.dX", T, d, 4 * d, dh_.data(), w.c_fc,
-                          dnorm_.data());
+    if (config_.is_moe_layer(i)) {
+      // The same per expert on its rows (dhe_), then back through the gates and the router.
+      const int64_t E = config_.num_experts, hidden = config_.moe_hidden();
+      model_moe_combine_backward(A.plan, d, dx, A.ye.data(), A.gates.data(), dye_.data(),
+                                 dgates_.data());
+      expert_linear_backward_weight(precision_, "moe.c_proj.dW", A.plan, hidden, d, dye_.data(),
+                                    A.he.data(), g.expert_proj);
+      ReluSquaredEpilogue<Real> relu2_grad;
+      relu2_grad.relu_squared_output = A.he.data();
+      relu2_grad.ld = hidden;
+      expert_linear_backward_input(precision_, "moe.c_proj.dX.relu2_bwd", A.plan, hidden, d,
+                                   dye_.data(), w.expert_proj, dhe_.data(), relu2_grad);
+      expert_linear_backward_weight(precision_, "moe.c_fc.dW", A.plan, d, hidden, dhe_.data(),
+                                    A.xe.data(), g.expert_fc);
+      expert_linear_backward_input(precision_, "moe.c_fc.dX", A.plan, d, hidden, dhe_.data(),
+                                   w.expert_fc, dxe_.data());
+      const double aux_weight =
+          static_cast<double>(loss_scale) * static_cast<double>(T) * config_.moe_aux_loss_coef;
+      moe_route_backward(A.plan, A.router_probs.data(), A.expert_ids.data(), A.gates.data(),
+                         dgates_.data(), aux_weight, dlogits_.data());
+      linear_backward_weight(Precision::kFp32, "moe.router.dW", T, d, E, dlogits_.data(),
+                             A.norm2.data(), g.router);
+      linear_backward_input(Precision::kFp32, "moe.router.dX", T, d, E, dlogits_.data(), w.router,
+                            dnorm_.data());
+      model_moe_gather_backward(A.plan, d, dxe_.data(), dnorm_.data());
+    } else {
+      linear_backward_weight(precision_, "mlp.c_proj.dW", T, 4 * d, d, dx, A.h.data(), g.mlp_proj);
+      ReluSquaredEpilogue<Real> relu2_grad;
+      relu2_grad.relu_squared_output = A.h.data();
+      relu2_grad.ld = 4 * d;
+      linear_backward_input(precision_, "mlp.c_proj.dX.relu2_bwd", T, 4 * d, d, dx, w.mlp_proj,
+                            dh_.data(), relu2_grad);
+      linear_backward_weight(precision_, "mlp.c_fc.dW", T, d, 4 * d, dh_.data(), A.norm2.data(),
+                             g.c_fc);
+      linear_backward_input(precision_, "mlp.c_fc.dX", T, d, 4 * d, dh_.data(), w.c_fc,
+                            dnorm_.data());
+    }
     rmsnorm_rows_backward("norm2.bwd", T, d, A.norm2.data(), A.rstd2.data(), dnorm_.data(), dx,
                           true);
     // dx is now d(x_attn).
@@ -457,6 +539,15 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
   embed_norm_backward(T, d, tokens_.data(), x0_.data(), rstd0_.data(), dx0_.data(), dx,
                       dnorm_.data(), g_.embed);
   return loss_sum;
+}
+
+template <class Real>
+double GptT<Real>::moe_aux_loss() const {
+  double total = 0;
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    if (config_.is_moe_layer(i)) total += layers_[static_cast<size_t>(i)].aux_loss;
+  }
+  return total;
 }
 
 template class GptT<float>;

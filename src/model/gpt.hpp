@@ -8,8 +8,10 @@
 //     x += c_proj(attention(rope(rmsnorm_h(q)), rope(rmsnorm_h(k)), λa0·v + λa1·ve))  (q,k,v from
 //          qkv_w · rmsnorm(x); skipped in attention-free layers; with num_kv_heads = H_kv < H,
 //          k and v have H_kv heads, each read by H / H_kv query heads: grouped-query attention)
-//     x += c_proj(relu(c_fc(rmsnorm(x)))²)
+//     x += c_proj(relu(c_fc(rmsnorm(x)))²)      (in moe_layers, a mixture of experts instead:
+//          each token through its top-k experts' MLPs, weighted by the router; moe_ops.hpp)
 //   loss = cross_entropy(30·σ(lm_head(rmsnorm(x)) / (7.5·√d)), targets)
+//          (+ moe_aux_loss_coef · the load-balancing loss of each MoE block, in the backward)
 //
 // Activations are kept (not recomputed); attention keeps only its output and log-sum-exp and
 // recomputes scores. relu² is fused into c_fc's product and its backward into c_proj's input
@@ -27,6 +29,7 @@
 #include "model/gpt_weights.hpp"
 #include "model/kv_cache.hpp"
 #include "model/model_kernels.hpp"
+#include "model/moe_ops.hpp"
 #include "model/parameters.hpp"
 #include "runtime/aligned_memory.hpp"
 
@@ -56,9 +59,9 @@ class GptT {
   const AlignedVector<Real>& grads() const { return grads_; }
   void zero_grads();
 
-  // The seed's initialisation: linear weights uniform ±√3·0.5·fan_in^-½; attn.c_proj,
-  // mlp.c_proj and lm_head zero; embeddings standard normal; lambdas (1, 0) and (0.5, 0.5);
-  // skip weights 1.
+  // The seed's initialisation: linear weights (and MoE routers) uniform ±√3·0.5·fan_in^-½;
+  // attn.c_proj, mlp.c_proj (the experts' too) and lm_head zero; embeddings standard normal;
+  // lambdas (1, 0) and (0.5, 0.5); skip weights 1.
   void init_parameters(uint64_t seed);
 
   // A batch of B independent sequences of seq_len tokens each, laid end to end in inputs
@@ -68,7 +71,10 @@ class GptT {
   // than one sequence needs seq_len to be a multiple of block_size (the window mask's blocks
   // then line up with each sequence). Gradients of loss_scale·Σ_t loss_t are ADDED to
   // grads() (so batches accumulate). `window_blocks` is the long-layer window W; short layers
-  // use max(1, W/2). Returns Σ_t loss_t.
+  // use max(1, W/2). Returns Σ_t loss_t. With MoE blocks, the gradients are those of
+  // loss_scale·(Σ_t loss_t + T·moe_aux_loss_coef·moe_aux_loss()), the returned value the
+  // language loss alone. The balancing loss is taken over the call's T tokens (a GShard group),
+  // so unlike the language loss its gradient depends on how sequences are batched.
   double forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets,
                           int64_t window_blocks, float loss_scale, int64_t seq_len = 0);
   // Forward only. per_token (nullable) receives each position's loss. Returns Σ_t loss_t.
@@ -86,6 +92,12 @@ class GptT {
   const AlignedVector<Real>& x0() const { return x0_; }
   const AlignedVector<Real>& block_output(int64_t layer) const { return layers_[layer].x_out; }
   const AlignedVector<Real>& final_norm() const { return final_norm_; }
+  // The load-balancing losses of the last forward's MoE blocks, summed (0 without any), and a
+  // block's routing: each token's experts_per_token experts, most probable first.
+  double moe_aux_loss() const;
+  const std::vector<int32_t>& moe_expert_ids(int64_t layer) const {
+    return layers_[static_cast<size_t>(layer)].expert_ids;
+  }
 
   int64_t layer_window(int64_t layer, int64_t window_blocks) const;
 
@@ -105,6 +117,15 @@ class GptT {
     AlignedVector<Real> rstd2;     // [T]
     AlignedVector<Real> h;         // [T, 4d] relu²(c_fc · norm2)
     AlignedVector<Real> x_out;     // [T, d] block output
+    // A mixture-of-experts MLP instead of h (rows = T·k, in expert order):
+    AlignedVector<Real> router_probs;  // [T, E]
+    std::vector<int32_t> expert_ids;   // [T·k] each token's experts
+    AlignedVector<Real> gates;         // [T·k] their renormalised probabilities
+    MoePlan plan;                      // the permutation into expert order
+    AlignedVector<Real> xe;            // [rows, d] norm2's rows in expert order
+    AlignedVector<Real> he;            // [rows, hidden] relu²(c_fc_e · xe)
+    AlignedVector<Real> ye;            // [rows, d] c_proj_e · he
+    double aux_loss = 0;               // E·Σ_e f_e·P_e
   };
 
   GptWeights<Real> bind(Real* base) const;
@@ -133,6 +154,7 @@ class GptT {
   AlignedVector<Real> final_in_, final_norm_, rstd_final_;
   // Backward scratch.
   AlignedVector<Real> dx_, dx0_, dtmp_, dh_, dqkv_, dattn_, dnorm_;
+  AlignedVector<Real> dye_, dhe_, dxe_, dgates_, dlogits_;  // MoE blocks'
   std::vector<AlignedVector<Real>> dskip_;
 };
 

@@ -18,10 +18,13 @@ struct BlockWeights {
   Real* attn_lambdas = nullptr;  // [2]: v = λa0·v + λa1·ve
   Real* attn_proj = nullptr;     // [d, H·D]: attn.c_proj
   Real* value_embed = nullptr;   // [V, H_kv·D]: the value embedding this block mixes in, or null
-  // MLP.
-  Real* c_fc = nullptr;      // [4d, d]
-  Real* mlp_proj = nullptr;  // [d, 4d]: mlp.c_proj
-  Real* lambdas = nullptr;   // [2]: x = λ0·x + λ1·x0
+  // MLP: dense (c_fc, mlp_proj) or, in a mixture-of-experts block, router and experts.
+  Real* c_fc = nullptr;         // [4d, d]
+  Real* mlp_proj = nullptr;     // [d, 4d]: mlp.c_proj
+  Real* router = nullptr;       // [E, d]: mlp.router.weight
+  Real* expert_fc = nullptr;    // [E, hidden, d]: mlp.experts.c_fc.weight
+  Real* expert_proj = nullptr;  // [E, d, hidden]: mlp.experts.c_proj.weight
+  Real* lambdas = nullptr;      // [2]: x = λ0·x + λ1·x0
 };
 
 template <class Real>

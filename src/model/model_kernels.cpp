@@ -3,6 +3,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/fused_linear_cross_entropy.hpp"
+#include "kernels/grouped_gemm.hpp"
 #include "model/flop_count.hpp"
 #include "runtime/profiler.hpp"
 
@@ -74,6 +75,51 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
   } else {
     gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &ep);
   }
+}
+
+void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,
+                             Trans trans_b, int64_t N, int64_t K, const float* A, int64_t lda,
+                             const float* B, int64_t ldb, int64_t stride_b, float* C, int64_t ldc,
+                             const ReluSquaredEpilogue<float>& epilogue) {
+  const double m = static_cast<double>(plan.rows()), n = static_cast<double>(N),
+               k = static_cast<double>(K), e = static_cast<double>(plan.experts);
+  const double extra = epilogue.relu_squared_output != nullptr ? 1.0 : 0.0;
+  ProfileScope scope("grouped_gemm", name, {plan.rows(), N, K, plan.experts}, 2.0 * m * n * k,
+                     4.0 * (m * k + e * k * n + (1.0 + extra) * m * n));
+  GemmEpilogue ep;
+  ep.relu_squared = epilogue.relu_squared;
+  ep.relu_squared_output = epilogue.relu_squared_output;
+  ep.ld_relu_squared_output = epilogue.ld;
+  grouped_gemm_rows(precision, plan.offsets, trans_b, N, K, 1.0f, A, lda, B, ldb, stride_b, 0.0f, C,
+                    ldc, &ep);
+}
+
+void model_grouped_gemm_reduce(Precision precision, const char* name, const MoePlan& plan,
+                               int64_t M, int64_t N, const float* A, int64_t lda, const float* B,
+                               int64_t ldb, float* C, int64_t ldc, int64_t stride_c) {
+  const double m = static_cast<double>(M), n = static_cast<double>(N),
+               r = static_cast<double>(plan.rows()), e = static_cast<double>(plan.experts);
+  ProfileScope scope("grouped_gemm", name, {M, N, plan.rows(), plan.experts}, 2.0 * m * n * r,
+                     4.0 * (r * m + r * n + 2.0 * e * m * n));
+  grouped_gemm_reduce(precision, plan.offsets, M, N, 1.0f, A, lda, B, ldb, 1.0f, C, ldc, stride_c);
+}
+
+void model_moe_gather(const MoePlan& plan, int64_t d, const float* X, float* Xe) {
+  moe_gather(plan, d, X, d, Xe);
+}
+
+void model_moe_gather_backward(const MoePlan& plan, int64_t d, const float* dXe, float* dX) {
+  moe_gather_backward(plan, d, dXe, dX, d, true);
+}
+
+void model_moe_combine(const MoePlan& plan, int64_t d, const float* Ye, const float* weights,
+                       float* Y) {
+  moe_combine(plan, d, Ye, weights, Y, d, true);
+}
+
+void model_moe_combine_backward(const MoePlan& plan, int64_t d, const float* dY, const float* Ye,
+                                const float* weights, float* dYe, float* dweights) {
+  moe_combine_backward(plan, d, dY, d, Ye, weights, dYe, dweights);
 }
 
 namespace {

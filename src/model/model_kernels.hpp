@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/matmul.hpp"
+#include "kernels/moe_routing.hpp"
 
 namespace nanogpt {
 
@@ -60,6 +61,40 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
                 double beta, double* C, int64_t ldc, const ReluSquaredEpilogue<double>& epilogue);
+
+// A mixture of experts' products over the expert groups of `plan` (kernels/grouped_gemm.hpp),
+// B the stack of the experts' matrices (the g-th at B + g·stride_b):
+//   rows    C_g = A_g·op(B_g)   (the forward and the input gradient; C overwritten)
+//   reduce  C_g += A_gᵀ·B_g     (the weight gradient; C_g at C + g·stride_c)
+void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,
+                             Trans trans_b, int64_t N, int64_t K, const float* A, int64_t lda,
+                             const float* B, int64_t ldb, int64_t stride_b, float* C, int64_t ldc,
+                             const ReluSquaredEpilogue<float>& epilogue);
+void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,
+                             Trans trans_b, int64_t N, int64_t K, const double* A, int64_t lda,
+                             const double* B, int64_t ldb, int64_t stride_b, double* C, int64_t ldc,
+                             const ReluSquaredEpilogue<double>& epilogue);
+void model_grouped_gemm_reduce(Precision precision, const char* name, const MoePlan& plan,
+                               int64_t M, int64_t N, const float* A, int64_t lda, const float* B,
+                               int64_t ldb, float* C, int64_t ldc, int64_t stride_c);
+void model_grouped_gemm_reduce(Precision precision, const char* name, const MoePlan& plan,
+                               int64_t M, int64_t N, const double* A, int64_t lda, const double* B,
+                               int64_t ldb, double* C, int64_t ldc, int64_t stride_c);
+
+// The token permutation of kernels/moe_routing.hpp on tight rows of width d: gather into expert
+// order, its backward (dX +=), the weighted combine back (Y +=) and its backward.
+void model_moe_gather(const MoePlan& plan, int64_t d, const float* X, float* Xe);
+void model_moe_gather(const MoePlan& plan, int64_t d, const double* X, double* Xe);
+void model_moe_gather_backward(const MoePlan& plan, int64_t d, const float* dXe, float* dX);
+void model_moe_gather_backward(const MoePlan& plan, int64_t d, const double* dXe, double* dX);
+void model_moe_combine(const MoePlan& plan, int64_t d, const float* Ye, const float* weights,
+                       float* Y);
+void model_moe_combine(const MoePlan& plan, int64_t d, const double* Ye, const double* weights,
+                       double* Y);
+void model_moe_combine_backward(const MoePlan& plan, int64_t d, const float* dY, const float* Ye,
+                                const float* weights, float* dYe, float* dweights);
+void model_moe_combine_backward(const MoePlan& plan, int64_t d, const double* dY, const double* Ye,
+                                const double* weights, double* dYe, double* dweights);
 
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse);
 void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse);

@@ -91,6 +91,69 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
   }
 }
 
+// The experts' products: each group's rows through the reference product above.
+void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,
+                             Trans trans_b, int64_t N, int64_t K, const double* A, int64_t lda,
+                             const double* B, int64_t ldb, int64_t stride_b, double* C, int64_t ldc,
+                             const ReluSquaredEpilogue<double>& epilogue) {
+  for (int64_t g = 0; g < plan.experts; ++g) {
+    const int64_t r0 = plan.offsets[static_cast<size_t>(g)];
+    const int64_t rows = plan.offsets[static_cast<size_t>(g) + 1] - r0;
+    if (rows == 0) continue;
+    ReluSquaredEpilogue<double> ep = epilogue;
+    if (ep.relu_squared_output != nullptr) ep.relu_squared_output += r0 * ep.ld;
+    model_gemm(precision, name, Trans::kNo, trans_b, rows, N, K, 1.0, A + r0 * lda, lda,
+               B + g * stride_b, ldb, 0.0, C + r0 * ldc, ldc, ep);
+  }
+}
+
+void model_grouped_gemm_reduce(Precision precision, const char* name, const MoePlan& plan,
+                               int64_t M, int64_t N, const double* A, int64_t lda, const double* B,
+                               int64_t ldb, double* C, int64_t ldc, int64_t stride_c) {
+  for (int64_t g = 0; g < plan.experts; ++g) {
+    const int64_t r0 = plan.offsets[static_cast<size_t>(g)];
+    const int64_t rows = plan.offsets[static_cast<size_t>(g) + 1] - r0;
+    if (rows == 0) continue;
+    model_gemm(precision, name, Trans::kYes, Trans::kNo, M, N, rows, 1.0, A + r0 * lda, lda,
+               B + r0 * ldb, ldb, 1.0, C + g * stride_c, ldc);
+  }
+}
+
+void model_moe_gather(const MoePlan& plan, int64_t d, const double* X, double* Xe) {
+  for (int64_t r = 0; r < plan.rows(); ++r) {
+    const int64_t t = plan.entry_of_row[static_cast<size_t>(r)] / plan.top_k;
+    for (int64_t j = 0; j < d; ++j) Xe[r * d + j] = X[t * d + j];
+  }
+}
+
+void model_moe_gather_backward(const MoePlan& plan, int64_t d, const double* dXe, double* dX) {
+  for (int64_t r = 0; r < plan.rows(); ++r) {
+    const int64_t t = plan.entry_of_row[static_cast<size_t>(r)] / plan.top_k;
+    for (int64_t j = 0; j < d; ++j) dX[t * d + j] += dXe[r * d + j];
+  }
+}
+
+void model_moe_combine(const MoePlan& plan, int64_t d, const double* Ye, const double* weights,
+                       double* Y) {
+  for (int64_t i = 0; i < plan.rows(); ++i) {
+    const int64_t r = plan.row_of_entry[static_cast<size_t>(i)], t = i / plan.top_k;
+    for (int64_t j = 0; j < d; ++j) Y[t * d + j] += weights[i] * Ye[r * d + j];
+  }
+}
+
+void model_moe_combine_backward(const MoePlan& plan, int64_t d, const double* dY, const double* Ye,
+                                const double* weights, double* dYe, double* dweights) {
+  for (int64_t i = 0; i < plan.rows(); ++i) {
+    const int64_t r = plan.row_of_entry[static_cast<size_t>(i)], t = i / plan.top_k;
+    double dw = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      dYe[r * d + j] = weights[i] * dY[t * d + j];
+      dw += dY[t * d + j] * Ye[r * d + j];
+    }
+    dweights[i] = dw;
+  }
+}
+
 void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse) {
   std::vector<double> p;
   for (int64_t h = 0; h < a.H; ++h) {

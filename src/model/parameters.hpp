@@ -19,14 +19,16 @@ enum class ParamGroup {
   kEmbedding,  // token and value embeddings: Adam
   kHead,       // lm_head: Adam
   kScalar,     // lambdas and skip weights: Adam
+  kRouter,     // a mixture of experts' router [E, d]: Adam (at the scalars' rate, gpt_optimizer)
 };
 
 // How a tensor starts, recorded when it is added (the model's initialisation reads the role,
 // never the name).
 enum class ParamInit {
-  kZero,          // zeros: output projections (attn.c_proj, mlp.c_proj) and lm_head
+  kZero,          // zeros: output projections (attn.c_proj, mlp.c_proj, experts' c_proj), lm_head
   kNormal,        // standard normal: token and value embeddings
-  kUniformFanIn,  // uniform ±√3·0.5·fan_in^-½ (fan_in = the last dimension): hidden matrices
+  kUniformFanIn,  // uniform ±√3·0.5·fan_in^-½ (fan_in = the last dimension): hidden matrices,
+                  // experts' c_fc and routers
   kAttnLambdas,   // (0.5, 0.5): the value mix λa0·v + λa1·ve
   kBlockLambdas,  // (1, 0): the residual mix λ0·x + λ1·x0
   kOnes,          // ones: the U-net's skip weights

@@ -30,6 +30,11 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Pre
       case ParamGroup::kScalar:
         s.base_lr = config.adam_scalar_lr;
         break;
+      case ParamGroup::kRouter:
+        // The smallest Adam rate: a router's logits are unscaled sums over model_dim, so its
+        // steps move the routing of every token at once.
+        s.base_lr = config.adam_scalar_lr;
+        break;
     }
     if (t.group != ParamGroup::kMatrix) {
       s.exp_avg.assign(t.numel, 0.0f);
@@ -38,7 +43,7 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Pre
     slots_.push_back(std::move(s));
   }
   // A [3, R, C] weight (qkv_w) is three matrices, each orthogonalised on its own, as the seed's
-  // batched Newton–Schulz does.
+  // batched Newton–Schulz does; so is an [E, R, C] stack of experts' matrices, one per expert.
   for (size_t i = 0; i < slots_.size(); ++i) {
     const ParamTensor& t = *slots_[i].param;
     if (t.group != ParamGroup::kMatrix) continue;
@@ -157,6 +162,12 @@ double muon_newton_schulz_flops(const Config& c) {
       // q, k and v are orthogonalised one by one (qkv_w's thirds, or q_w, k_w, v_w).
       f += newton_schulz_flops(hd, d, s) + 2 * newton_schulz_flops(kv, d, s);
       f += newton_schulz_flops(d, hd, s);  // attn.c_proj
+    }
+    if (c.is_moe_layer(i)) {  // each expert's c_fc and c_proj (the router is Adam's)
+      const int64_t h = c.moe_hidden();
+      f += static_cast<double>(c.num_experts) *
+           (newton_schulz_flops(h, d, s) + newton_schulz_flops(d, h, s));
+      continue;
     }
     f += newton_schulz_flops(4 * d, d, s);  // mlp.c_fc
     f += newton_schulz_flops(d, 4 * d, s);  // mlp.c_proj

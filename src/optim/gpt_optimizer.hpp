@@ -1,6 +1,7 @@
 // The seed's optimizer setup over a model's parameter groups: Muon for the hidden matrices
-// (qkv_w as three matrices), Adam for lm_head, the embeddings and the scalars; every learning
-// rate follows the same multiplier schedule, and Muon's momentum warms up.
+// (qkv_w as three matrices, a stack of experts' matrices as one per expert), Adam for lm_head,
+// the embeddings, the scalars and the MoE routers; every learning rate follows the same
+// multiplier schedule, and Muon's momentum warms up.
 #pragma once
 
 #include <cstddef>

@@ -175,6 +175,8 @@ TrainResult train(const TrainOptions& options) {
     nlohmann::ordered_json m;
     m["step"] = step;
     m["loss"] = train_loss;
+    // The load-balancing losses of the step's last pass (summed over the MoE blocks).
+    if (!c.moe_layers.empty()) m["moe_aux_loss"] = model.moe_aux_loss();
     m["lr_mult"] = lr_multiplier(step - 1, N, c.cooldown_frac);
     m["window_blocks"] = W;
     m["step_s"] = step_s;

@@ -12,8 +12,10 @@ Model (the project spec):
       x = lambdas[0] * x + lambdas[1] * x0
       x = x + attn(rmsnorm(x), ve_i)          (unless layer i is attention-free)
       x = x + mlp(rmsnorm(x))                 mlp = c_proj(relu(c_fc(x))^2)
+                                              (a mixture of experts in moe_layers: MoEMLP)
   logits = lm_head(rmsnorm(x)); z -> 30 * sigmoid(z / (7.5 * sqrt(d)))
-  loss = mean cross-entropy over all padded-vocabulary classes, targets = next tokens.
+  loss = mean cross-entropy over all padded-vocabulary classes, targets = next tokens
+         (+ moe_aux_loss_coef * the sum of the MoE blocks' load-balancing losses).
 """
 from __future__ import annotations
 
@@ -47,6 +49,11 @@ class GPTConfig:
     window_blocks: int = 8          # W: long layers see W blocks, short layers max(1, W // 2)
     seq_len: int = 1024
     eot_id: int = 50256
+    num_experts: int = 0            # mixture of experts in moe_layers; 0 = every MLP dense
+    experts_per_token: int = 2      # top-k
+    moe_layers: list = field(default_factory=list)
+    moe_hidden_dim: int = 0         # each expert's hidden width; 0 = 4 * model_dim
+    moe_aux_loss_coef: float = 0.01
 
     @property
     def kv_heads(self) -> int:
@@ -185,19 +192,83 @@ class MLP(nn.Module):
         return self.c_proj(F.relu(self.c_fc(x)).square())
 
 
+class StackedLinear(nn.Module):
+    """The experts' weights of one layer stacked: weight [E, out, in]."""
+
+    def __init__(self, experts: int, fan_in: int, fan_out: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(experts, fan_out, fan_in))
+
+
+class MoEMLP(nn.Module):
+    """A mixture of expert MLPs: router softmax, each token to its top-k experts with the chosen
+    probabilities renormalised to sum to 1, every expert an MLP c_proj(relu(c_fc(x))^2), no
+    capacity limit. Written expert by expert over index lists (no permutation kernel).
+    Returns the output and the Switch/GShard load-balancing loss E * sum_e f_e * P_e (f_e: the
+    fraction of the T*k assignments that chose e, a constant; P_e: the mean router probability).
+
+    `frozen` (class-wide): when a dict, each module records its routing and ReLU patterns at its
+    first call and reuses them (finite differences across the kinks; see make_model_golden.py)."""
+
+    frozen = None
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        E, d = cfg.num_experts, cfg.model_dim
+        hidden = cfg.moe_hidden_dim or 4 * d
+        self.k = cfg.experts_per_token
+        self.router = nn.Linear(d, E, bias=False)
+        self.experts = nn.Module()
+        self.experts.c_fc = StackedLinear(E, d, hidden)
+        self.experts.c_proj = StackedLinear(E, hidden, d)
+
+    def forward(self, x):
+        T, E = x.shape[0], self.router.weight.shape[0]
+        probs = torch.softmax(self.router(x), dim=-1)
+        memo = None if MoEMLP.frozen is None else MoEMLP.frozen.setdefault(id(self), {})
+        if memo is not None and "chosen" in memo:
+            chosen = memo["chosen"]
+        else:
+            chosen = probs.topk(self.k, dim=-1).indices           # [T, k]
+            if memo is not None:
+                memo["chosen"] = chosen
+        picked = probs.gather(1, chosen)
+        gates = picked / picked.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(x)
+        for e in range(E):
+            token, slot = (chosen == e).nonzero(as_tuple=True)
+            if token.numel() == 0:
+                continue
+            u = x[token] @ self.experts.c_fc.weight[e].T
+            if memo is not None:
+                mask = memo.setdefault(e, (u > 0).to(u.dtype))
+                h = (u * mask).square()
+            else:
+                h = F.relu(u).square()
+            y = h @ self.experts.c_proj.weight[e].T
+            out = out.index_add(0, token, gates[token, slot, None] * y)
+        f = F.one_hot(chosen, E).to(x.dtype).sum(dim=(0, 1)) / (T * self.k)
+        aux = E * (f * probs.mean(dim=0)).sum()
+        return out, aux
+
+
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig, layer_idx: int):
         super().__init__()
         self.attn = None if layer_idx in cfg.attn_free_layers else CausalSelfAttention(cfg)
-        self.mlp = MLP(cfg)
+        self.moe = cfg.num_experts > 0 and layer_idx in cfg.moe_layers
+        self.mlp = MoEMLP(cfg) if self.moe else MLP(cfg)
         self.lambdas = nn.Parameter(torch.empty(2))
 
     def forward(self, x, x0, ve, mask, cos, sin):
+        """Returns the block's output and its load-balancing loss (None for a dense MLP)."""
         x = self.lambdas[0] * x + self.lambdas[1] * x0
         if self.attn is not None:
             x = x + self.attn(rms_norm(x), ve, mask, cos, sin)
-        x = x + self.mlp(rms_norm(x))
-        return x
+        if self.moe:
+            y, aux = self.mlp(rms_norm(x))
+            return x + y, aux
+        return x + self.mlp(rms_norm(x)), None
 
 
 class GPT(nn.Module):
@@ -220,7 +291,9 @@ class GPT(nn.Module):
                 window_blocks: int | None = None, reduction: str = "mean",
                 record: dict | None = None) -> torch.Tensor:
         """input_seq, target_seq: int64 [T]. Returns the cross-entropy loss (mean over T
-        positions by default). If `record` is a dict, intermediate activations are stored in it."""
+        positions by default; with MoE blocks, plus moe_aux_loss_coef * their load-balancing
+        losses). If `record` is a dict, intermediate activations are stored in it (and, with MoE
+        blocks, "lm_loss" and "moe_aux_loss", the sum of the blocks' balancing losses)."""
         cfg = self.config
         L = cfg.num_layers
         W = cfg.window_blocks if window_blocks is None else window_blocks
@@ -237,13 +310,16 @@ class GPT(nn.Module):
         if record is not None:
             record["x0"] = x0.detach().clone()
         skips = []
+        aux_losses = []
         n = L // 2
         for i, block in enumerate(self.blocks):
             if i >= n:
                 x = x + self.skip_weights[i - n] * skips.pop()
             vi = value_embed_index(i, L)
             ve = ve_all[vi] if vi is not None else None
-            x = block(x, x0, ve, masks[layer_window_blocks(i, L, W)], cos, sin)
+            x, aux = block(x, x0, ve, masks[layer_window_blocks(i, L, W)], cos, sin)
+            if aux is not None:
+                aux_losses.append(aux)
             if i < n:
                 skips.append(x)
             if record is not None:
@@ -254,4 +330,13 @@ class GPT(nn.Module):
         if record is not None:
             record["final_norm"] = x.detach().clone()
             record["logits_capped"] = logits.detach().clone()
-        return F.cross_entropy(logits, target_seq, reduction=reduction)
+        loss = F.cross_entropy(logits, target_seq, reduction=reduction)
+        if not aux_losses:
+            return loss
+        aux_total = sum(aux_losses)
+        if record is not None:
+            record["lm_loss"] = loss.detach().clone()
+            record["moe_aux_loss"] = aux_total.detach().clone()
+        if reduction != "mean":
+            return loss
+        return loss + cfg.moe_aux_loss_coef * aux_total

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Writes tests/data/golden_model_small.safetensors and tests/data/golden_model_gqa.safetensors:
-parameters, tokens, loss, gradients and a few activations of a small GPT (gpt_reference.py), the
-second with grouped-query attention (4 query heads sharing 2 key/value heads), computed in float64
-from float32 parameters.
+"""Writes tests/data/golden_model_small.safetensors, golden_model_gqa.safetensors and
+golden_model_moe.safetensors: parameters, tokens, loss, gradients and a few activations of a small
+GPT (gpt_reference.py), the second with grouped-query attention (4 query heads sharing 2 key/value
+heads), the third with mixture-of-experts MLPs in two blocks (its "loss" the language loss,
+"moe_aux_loss" the blocks' balancing losses summed, the gradients those of the whole objective),
+computed in float64 from float32 parameters.
 
 Usage: /usr/bin/python3 tools/golden/make_model_golden.py [output directory]
 
@@ -33,11 +35,20 @@ CONFIG = GPTConfig(vocab_size=300, num_layers=8, num_heads=2, head_dim=16, model
 GQA_CONFIG = GPTConfig(vocab_size=300, num_layers=8, num_heads=4, num_kv_heads=2, head_dim=8,
                        model_dim=32, attn_free_layers=[4], window_blocks=2, seq_len=384,
                        eot_id=299)
+# Mixture of experts in blocks 1 (with attention) and 6: 4 experts of width 48 (not 4 * d), top-2;
+# a balancing coefficient 10x the default so its gradient is a visible part of the routers'.
+MOE_CONFIG = GPTConfig(vocab_size=300, num_layers=8, num_heads=2, head_dim=16, model_dim=32,
+                       attn_free_layers=[4], window_blocks=2, seq_len=384, eot_id=299,
+                       num_experts=4, experts_per_token=2, moe_layers=[1, 6], moe_hidden_dim=48,
+                       moe_aux_loss_coef=0.1)
 # (file name, configuration, the projections the finite differences check)
 GOLDEN_FILES = [
     ("golden_model_small.safetensors", CONFIG, ["blocks.0.attn.qkv_w", "blocks.7.attn.qkv_w"]),
     ("golden_model_gqa.safetensors", GQA_CONFIG,
      ["blocks.0.attn.q_w", "blocks.2.attn.k_w", "blocks.7.attn.v_w"]),
+    ("golden_model_moe.safetensors", MOE_CONFIG,
+     ["blocks.0.attn.qkv_w", "blocks.1.mlp.router.weight", "blocks.6.mlp.router.weight",
+      "blocks.1.mlp.experts.c_fc.weight", "blocks.6.mlp.experts.c_proj.weight"]),
 ]
 # Irregular EOT positions in tokens[0..T]: one at 0, an adjacent pair (37, 38), and a document
 # (101..340) that spans all three 128-token blocks, so the long window (2 blocks) truncates it.
@@ -82,8 +93,12 @@ def expected_param_names(cfg: GPTConfig) -> list:
             else:  # one tensor each, consecutive
                 names += [f"blocks.{i}.attn.q_w", f"blocks.{i}.attn.k_w", f"blocks.{i}.attn.v_w"]
             names += [f"blocks.{i}.attn.lambdas", f"blocks.{i}.attn.c_proj.weight"]
-        names += [f"blocks.{i}.mlp.c_fc.weight", f"blocks.{i}.mlp.c_proj.weight",
-                  f"blocks.{i}.lambdas"]
+        if cfg.num_experts and i in cfg.moe_layers:
+            names += [f"blocks.{i}.mlp.router.weight", f"blocks.{i}.mlp.experts.c_fc.weight",
+                      f"blocks.{i}.mlp.experts.c_proj.weight"]
+        else:
+            names += [f"blocks.{i}.mlp.c_fc.weight", f"blocks.{i}.mlp.c_proj.weight"]
+        names += [f"blocks.{i}.lambdas"]
     return names + ["lm_head.weight", "skip_weights"]
 
 
@@ -134,7 +149,9 @@ class FrozenReluPattern:
     jumps at u = 0, and among the ~400k ReLU units some pre-activations cross zero inside almost
     any finite-difference stencil, which spoils the difference quotient at the 1e-4 level. The
     frozen-pattern function (m * u)^2 has the same value and first derivative at the base point
-    (2 relu(u) u'), but is smooth, so the 5-point stencil is accurate to ~h^4."""
+    (2 relu(u) u'), but is smooth, so the 5-point stencil is accurate to ~h^4. Mixture-of-experts
+    blocks likewise keep their first call's top-k routing (piecewise constant in the weights: a
+    step could move a token to another expert) and their experts' ReLU patterns."""
 
     def __enter__(self):
         self.masks = {}
@@ -148,10 +165,12 @@ class FrozenReluPattern:
             return mlp.c_proj((u * masks[id(mlp)]).square())
 
         gpt_reference.MLP.forward = forward
+        gpt_reference.MoEMLP.frozen = {}
         return self
 
     def __exit__(self, *exc):
         gpt_reference.MLP.forward = self.original
+        gpt_reference.MoEMLP.frozen = None
         return False
 
 
@@ -313,7 +332,11 @@ def make_golden(cfg: GPTConfig, out_path: str, projections: list) -> None:
         tensors[f"param/{n}"] = params32[n].numpy()
         tensors[f"grad/{n}"] = grads[n].float().numpy()
     tensors["tokens"] = tokens.to(torch.int32).numpy()
-    tensors["loss"] = np.array([loss_value], dtype=np.float64)
+    if "lm_loss" in record:  # the language loss alone, as the C++ model returns it
+        tensors["loss"] = np.array([record["lm_loss"].item()], dtype=np.float64)
+        tensors["moe_aux_loss"] = np.array([record["moe_aux_loss"].item()], dtype=np.float64)
+    else:
+        tensors["loss"] = np.array([loss_value], dtype=np.float64)
     tensors["act/x0"] = record["x0"].float().numpy()
     for i in range(L):
         tensors[f"act/block_out.{i}"] = record[f"block_out.{i}"].float().numpy()
@@ -323,6 +346,9 @@ def make_golden(cfg: GPTConfig, out_path: str, projections: list) -> None:
             "window_blocks", "seq_len", "eot_id"]
     if cfg.num_kv_heads:  # only where set, so the base model's file stays as it was
         keys.insert(3, "num_kv_heads")
+    if cfg.num_experts:
+        keys += ["num_experts", "experts_per_token", "moe_layers", "moe_hidden_dim",
+                 "moe_aux_loss_coef"]
     config_json = json.dumps({k: asdict(cfg)[k] for k in keys}, separators=(",", ":"))
     metadata = {"config": config_json,
                 "generator": f"tools/golden/make_model_golden.py torch {torch.__version__}"}
