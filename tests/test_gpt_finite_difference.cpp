@@ -30,26 +30,6 @@ Config fd_config_multi_query() {
   return c;
 }
 
-// Tokens with documents starting at 0, 40, 41 and 150; T = 160 crosses a 128-token block.
-std::vector<int32_t> fd_tokens(int64_t T, uint32_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(T + 1));
-  for (auto& x : t) x = static_cast<int32_t>(rng.next_u64() % 99);
-  for (int64_t p : {0, 40, 41, 150}) t[static_cast<size_t>(p)] = 99;
-  return t;
-}
-
-template <class Real>
-void randomize(GptT<Real>& model, uint64_t seed) {
-  model.init_parameters(seed);
-  Rng rng(seed + 1);
-  // The real initialisation zeroes the projections and lm_head; perturb every parameter so
-  // each gradient path carries signal. Values are float-representable so both instantiations
-  // hold identical weights.
-  for (Real& p : model.params().values())
-    p = static_cast<Real>(static_cast<float>(p + 0.3 * rng.normal()));
-}
-
 void check_gradients_against_central_differences(const Config& c) {
   const int64_t T = 160, W = 2;  // long layers see 2 blocks, short layers 1
   auto tokens = fd_tokens(T, 7);

@@ -50,22 +50,6 @@ Config fd_moe_config() {
   return c;
 }
 
-std::vector<int32_t> fd_tokens(int64_t T, uint32_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(T + 1));
-  for (auto& x : t) x = static_cast<int32_t>(rng.next_u64() % 99);
-  for (int64_t p : {0, 40, 41, 150}) t[static_cast<size_t>(p)] = 99;
-  return t;
-}
-
-template <class Real>
-void randomize(GptT<Real>& model, uint64_t seed) {
-  model.init_parameters(seed);
-  Rng rng(seed + 1);
-  for (Real& p : model.params().values())
-    p = static_cast<Real>(static_cast<float>(p + 0.3 * rng.normal()));
-}
-
 std::string error_of(const Config& c) {
   try {
     validate_config(c);
@@ -265,27 +249,6 @@ TEST(GptMoe, FastFloat32PathMatchesFloat64Path) {
     EXPECT_LT(err, 1e-4) << t.name;
   }
   std::printf("MoE fp32 against float64: worst gradient error %.2e\n", worst);
-}
-
-struct StepResult {
-  double loss = 0;
-  AlignedVector<float> grads;
-};
-
-StepResult run_step(const Config& c, int threads) {
-  ThreadPool pool(threads);
-  ThreadPool::Use use(pool);
-  Gpt model(c);
-  model.init_parameters(5);
-  Rng rng(6);
-  for (float& p : model.params().values()) p += static_cast<float>(0.05 * rng.normal());
-  auto tokens = synthetic_tokens(201, 11);
-  std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());
-  model.zero_grads();
-  StepResult r;
-  r.loss = model.forward_backward(in, tg, 2, 1.0f / 200);
-  r.grads = model.grads();
-  return r;
 }
 
 TEST(GptMoe, TrainingStepIsBitwiseIdenticalForAnyThreadCount) {

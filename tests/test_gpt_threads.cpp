@@ -13,28 +13,6 @@
 namespace nanogpt {
 namespace {
 
-struct StepResult {
-  double loss = 0;
-  AlignedVector<float> grads;
-};
-
-StepResult run_step(const Config& c, int threads) {
-  ThreadPool pool(threads);
-  ThreadPool::Use use(pool);
-  Gpt model(c);
-  model.init_parameters(5);
-  Rng rng(6);
-  for (float& p : model.params().values()) p += static_cast<float>(0.05 * rng.normal());
-  // 200 tokens: several row blocks and a partial last one, across two 128-token mask blocks.
-  auto tokens = synthetic_tokens(201, 11);
-  std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());
-  model.zero_grads();
-  StepResult r;
-  r.loss = model.forward_backward(in, tg, 2, 1.0f / 200);
-  r.grads = model.grads();
-  return r;
-}
-
 void expect_bitwise_equal(const StepResult& a, const StepResult& b, int threads) {
   EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(double)), 0) << threads << " threads: loss";
   ASSERT_EQ(a.grads.size(), b.grads.size());

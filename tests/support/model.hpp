@@ -5,6 +5,9 @@
 
 #include "config/config.hpp"
 #include "data/token_shard.hpp"
+#include "model/gpt.hpp"
+#include "runtime/random.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
@@ -58,6 +61,50 @@ inline void write_synthetic_shards(const std::string& dir) {
   ShardWriter val(dir, "val", 1u << 20);
   val.append(synthetic_tokens(2000, 2));
   val.finish();
+}
+
+// Tokens for the finite-difference tests (vocabulary 100, EOT 99): documents start at 0, 40, 41
+// and 150, so T = 160 crosses a 128-token mask block.
+inline std::vector<int32_t> fd_tokens(int64_t T, uint32_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(T + 1));
+  for (auto& x : t) x = static_cast<int32_t>(rng.next_u64() % 99);
+  for (int64_t p : {0, 40, 41, 150}) t[static_cast<size_t>(p)] = 99;
+  return t;
+}
+
+// The real initialisation zeroes the projections and lm_head; perturb every parameter so each
+// gradient path carries signal. Values are float-representable so the float and float64
+// instantiations hold identical weights.
+template <class Real>
+void randomize(GptT<Real>& model, uint64_t seed) {
+  model.init_parameters(seed);
+  Rng rng(seed + 1);
+  for (Real& p : model.params().values())
+    p = static_cast<Real>(static_cast<float>(p + 0.3 * rng.normal()));
+}
+
+// One forward/backward of 200 tokens (several row blocks and a partial last one, across two
+// 128-token mask blocks) on `threads` threads, for the thread-invariance tests.
+struct StepResult {
+  double loss = 0;
+  AlignedVector<float> grads;
+};
+
+inline StepResult run_step(const Config& c, int threads) {
+  ThreadPool pool(threads);
+  ThreadPool::Use use(pool);
+  Gpt model(c);
+  model.init_parameters(5);
+  Rng rng(6);
+  for (float& p : model.params().values()) p += static_cast<float>(0.05 * rng.normal());
+  auto tokens = synthetic_tokens(201, 11);
+  std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());
+  model.zero_grads();
+  StepResult r;
+  r.loss = model.forward_backward(in, tg, 2, 1.0f / 200);
+  r.grads = model.grads();
+  return r;
 }
 
 }  // namespace nanogpt
