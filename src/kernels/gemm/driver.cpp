@@ -7,10 +7,12 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernels/autotune.hpp"
 #include "kernels/target.hpp"
+#include "runtime/error.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
@@ -101,13 +103,25 @@ Trans flip(Trans t) {
   return t == Trans::kNo ? Trans::kYes : Trans::kNo;
 }
 
+void check_dimensions(int64_t M, int64_t N, int64_t K) {
+  for (auto [name, value] : {std::pair{"M", M}, std::pair{"N", N}, std::pair{"K", K}}) {
+    if (value < 0) {
+      throw InputError(std::string("gemm: ") + name + " = " + std::to_string(value) +
+                       " is negative: M, N and K count rows and columns of op(A) (M × K) and " +
+                       "op(B) (K × N); pass 0 for an empty product");
+    }
+  }
+}
+
 }  // namespace
 
 void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSources sources,
               Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
               int64_t ldc, const GemmEpilogue* epilogue) {
-  if (M <= 0 || N <= 0) return;
+  check_dimensions(M, N, K);
+  // Empty products as BLAS defines them: no C at all, or C = beta·C with nothing to add.
+  if (M == 0 || N == 0 || (K == 0 && beta == 1.0f && epilogue == nullptr)) return;
   const PanelPackFn pack_a = kernel.pack_a[static_cast<int>(sources.a)];
   const PanelPackFn pack_b = kernel.pack_b[static_cast<int>(sources.b)];
   if (pack_a == nullptr || pack_b == nullptr) {
@@ -118,8 +132,8 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
   const int64_t mr = kernel.mr, nr = kernel.nr, bytes = kernel.packed_bytes;
   const int64_t a_bytes = sources.a == PackSource::kBf16 ? 2 : 4;
   const int64_t b_bytes = sources.b == PackSource::kBf16 ? 2 : 4;
-  // K = 0 packs one all-zero k step: the tiles come out zero and are finished as usual.
-  const int64_t k_valid = std::max<int64_t>(K, 0);
+  // K = 0 packs one all-zero k step: the tiles come out zero and are finished as usual
+  // (C = beta·C, then the epilogue).
   const int64_t kp = round_up(std::max<int64_t>(K, 1), kernel.k_step);
   const int64_t mp = round_up(M, mr);
   const int64_t m_panels = mp / mr;
@@ -177,7 +191,7 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
                     [&](const int64_t* p, size_t n) {
                       pack_panels(
                           pack_a, A, lda, trans_a, a_bytes, p, n, mr,
-                          [&](int64_t q) { return std::min(mr, M - q * mr); }, k_valid, kp,
+                          [&](int64_t q) { return std::min(mr, M - q * mr); }, K, kp,
                           [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
                     });
       ensure_packed(
@@ -187,7 +201,7 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
                 pack_b,
                 static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
                 ldb, flip(trans_b), b_bytes, p, n, nr,
-                [&](int64_t q) { return std::min(nr, N - s0 - q * nr); }, k_valid, kp,
+                [&](int64_t q) { return std::min(nr, N - s0 - q * nr); }, K, kp,
                 [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
           });
 
@@ -252,9 +266,9 @@ GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSources sources, Tra
                              int64_t ldc) {
   const int threads = ThreadPool::current().size();
   const GemmBlocking fallback = default_blocking(kernel, M, N, K, threads);
-  // Below this many multiply-adds the call is over before timing could pay off.
+  // Below this many multiply-adds the call is over before timing could pay off (K = 0: none).
   constexpr double kTuneMinWork = double{1 << 24};
-  if (M <= 0 || N <= 0 || static_cast<double>(M) * N * std::max<int64_t>(K, 1) < kTuneMinWork) {
+  if (M <= 0 || N <= 0 || static_cast<double>(M) * N * K < kTuneMinWork) {
     return fallback;
   }
   const std::vector<GemmBlocking> candidates = blocking_candidates(kernel, M, N, K, threads);
@@ -290,6 +304,7 @@ void gemm_dispatch(const MicroKernel& kernel, PackSources sources, Trans trans_a
                    int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
                    const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
                    const GemmEpilogue* epilogue) {
+  check_dimensions(M, N, K);  // before the autotuner times anything
   const GemmBlocking blocking =
       chosen_blocking(kernel, sources, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
   gemm_run(kernel, blocking, sources, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
