@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/autotune.hpp"
+#include "kernels/gemm/pack_panels.hpp"
 #include "kernels/target.hpp"
 #include "runtime/error.hpp"
 #include "runtime/integer_math.hpp"
@@ -59,37 +60,6 @@ void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end, int6
       } else {
         std::this_thread::yield();
       }
-    }
-  }
-}
-
-// k values packed at a time when a source is stored k-major (Y[i][k] = src[k·ld + i]): each
-// panel reads only mr or nr values from each of K rows, so packing a whole panel before the
-// next would fetch every cache line of those rows once per panel, from wherever the rows are
-// (an 8192-row gradient: 0.6 values/ns against 5 when it fits in cache). A chunk of k rows is
-// packed into all of a block's panels before the next, so its lines are used up while in L1.
-// A multiple of every kernel's k step (at most 32), so packed offsets stay linear in k.
-constexpr int64_t kPackChunk = 64;
-
-// Packs the given panels of Y (panel p: `valid(p)` of the rows from p·width) into their places:
-// whole panels from an i-major source, k chunk by k chunk across the panels from a k-major one.
-// offset(p, k) is where panel p's k-th column starts in the packed buffer.
-template <class Valid, class Offset>
-void pack_panels(PanelPackFn fn, const void* src, int64_t ld, Trans trans, int64_t source_bytes,
-                 const int64_t* panels, size_t count, int64_t width, const Valid& valid,
-                 int64_t k_valid, int64_t kp, const Offset& offset) {
-  if (trans == Trans::kNo) {
-    for (size_t i = 0; i < count; ++i) {
-      fn(src, ld, trans, panels[i] * width, valid(panels[i]), k_valid, kp, offset(panels[i], 0));
-    }
-    return;
-  }
-  for (int64_t k0 = 0; k0 < kp; k0 += kPackChunk) {
-    const int64_t chunk = std::min(kPackChunk, kp - k0);
-    const void* rows = static_cast<const char*>(src) + k0 * ld * source_bytes;
-    for (size_t i = 0; i < count; ++i) {
-      fn(rows, ld, trans, panels[i] * width, valid(panels[i]),
-         std::clamp<int64_t>(k_valid - k0, 0, chunk), chunk, offset(panels[i], k0));
     }
   }
 }
@@ -187,21 +157,19 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
       float* const acc_memory = reinterpret_cast<float*>(task_buffers[static_cast<size_t>(worker)]);
       int64_t* const a_rows = reinterpret_cast<int64_t*>(acc_memory + acc_floats);
       int64_t* const claimed = a_rows + task_panels;
-      ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed,
-                    [&](const int64_t* p, size_t n) {
-                      pack_panels(
-                          pack_a, A, lda, trans_a, a_bytes, p, n, mr,
-                          [&](int64_t q) { return std::min(mr, M - q * mr); }, K, kp,
-                          [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
-                    });
+      ensure_packed(
+          a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed, [&](const int64_t* p, size_t n) {
+            pack::pack_panels(pack_a, A, lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr,
+                              M, K, kp,
+                              [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
+          });
       ensure_packed(
           b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, [&](const int64_t* p, size_t n) {
             // B's panels are counted from the superblock's first column.
-            pack_panels(
+            pack::pack_panels(
                 pack_b,
                 static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
-                ldb, flip(trans_b), b_bytes, p, n, nr,
-                [&](int64_t q) { return std::min(nr, N - s0 - q * nr); }, K, kp,
+                ldb, flip(trans_b), b_bytes, std::span<const int64_t>(p, n), nr, N - s0, K, kp,
                 [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
           });
 
