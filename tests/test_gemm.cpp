@@ -1,7 +1,7 @@
 // GEMM correctness: every kernel on every ISA this CPU has, fp32 and bf16 (fp32 and bf16
 // storage), all four transpose combinations, awkward shapes, alpha/beta, padded leading
 // dimensions, NaN-poisoned outputs for beta = 0, an untouched guard region, the fused
-// epilogue, and the NANOGPT_ISA rules.
+// epilogue, empty products (M, N or K = 0) and negative sizes, and the NANOGPT_ISA rules.
 //
 // Error bounds. The reference sums the products in double; the kernels sum K products in fp32
 // (AMX and VDPBF16PS in their own order), so |got − want| ≤ γ·(|alpha|·Σ_k|a_ik||b_kj| +
@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -199,16 +200,184 @@ TEST(Gemm, EveryBf16KernelMatchesReferenceOnAwkwardShapes) {
   }
 }
 
-TEST(Gemm, ZeroDepthScalesC) {
+// One way into the GEMM on fp32-held operands: a public entry point, or one kernel through
+// the _with entries; bf16 storage converts A and B first (a null operand stays null).
+struct Entry {
+  std::string name;
+  std::function<void(Trans, Trans, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                     const float*, int64_t, float, float*, int64_t, const GemmEpilogue*)>
+      run;
+};
+
+// The stored rows × ld values of x as bf16 (none for negative rows), or null for a null x.
+struct Bf16Copy {
+  std::vector<bf16> values;
+  const bf16* data = nullptr;
+  Bf16Copy(const float* x, int64_t rows, int64_t ld) {
+    if (x == nullptr) return;
+    values.resize(static_cast<size_t>(std::max<int64_t>(rows, 0) * ld));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = to_bf16(x[i]);
+    data = values.data();
+  }
+};
+
+std::vector<Entry> every_entry() {
+  std::vector<Entry> out;
+  out.push_back({"gemm", [](Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                            float* C, int64_t ldc, const GemmEpilogue* ep) {
+                   gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+                 }});
+  out.push_back({"gemm_bf16", [](Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                 const float* A, int64_t lda, const float* B, int64_t ldb,
+                                 float beta, float* C, int64_t ldc, const GemmEpilogue* ep) {
+                   gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+                 }});
+  out.push_back({"gemm_bf16 bf16 storage",
+                 [](Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                    int64_t ldc, const GemmEpilogue* ep) {
+                   const Bf16Copy a(A, ta == Trans::kNo ? M : K, lda);
+                   const Bf16Copy b(B, tb == Trans::kNo ? K : N, ldb);
+                   gemm_bf16(ta, tb, M, N, K, alpha, a.data, lda, b.data, ldb, beta, C, ldc, ep);
+                 }});
+  out.push_back({"gemm_bf16 bf16 A, fp32 B",
+                 [](Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                    int64_t ldc, const GemmEpilogue* ep) {
+                   const Bf16Copy a(A, ta == Trans::kNo ? M : K, lda);
+                   gemm_bf16(ta, tb, M, N, K, alpha, a.data, lda, B, ldb, beta, C, ldc, ep);
+                 }});
+  for (const MicroKernel& kernel : available_microkernels()) {
+    out.push_back({std::string("gemm_with ") + kernel.isa,
+                   [kernel](Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                            float* C, int64_t ldc, const GemmEpilogue* ep) {
+                     gemm_with(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+                   }});
+  }
   for (const MicroKernel& kernel : bf16_microkernels_under_test()) {
-    Problem p(Trans::kNo, Trans::kNo, 5, 6, 0, 1.0f, 0.5f, 7);
-    std::vector<float> got = p.C0;
-    gemm_bf16_with(kernel, p.ta, p.tb, p.M, p.N, 0, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb,
-                   0.5f, got.data(), p.ldc);
-    for (int64_t i = 0; i < p.M; ++i) {
-      for (int64_t j = 0; j < p.ldc; ++j) {
-        const size_t idx = static_cast<size_t>(i * p.ldc + j);
-        EXPECT_EQ(got[idx], j < p.N ? 0.5f * p.C0[idx] : p.C0[idx]) << kernel.isa;
+    out.push_back({std::string("gemm_bf16_with ") + kernel.isa,
+                   [kernel](Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                            float* C, int64_t ldc, const GemmEpilogue* ep) {
+                     gemm_bf16_with(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                                    ep);
+                   }});
+    out.push_back({std::string("gemm_bf16_with bf16 storage ") + kernel.isa,
+                   [kernel](Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                            float* C, int64_t ldc, const GemmEpilogue* ep) {
+                     const Bf16Copy a(A, ta == Trans::kNo ? M : K, lda);
+                     const Bf16Copy b(B, tb == Trans::kNo ? K : N, ldb);
+                     gemm_bf16_with(kernel, ta, tb, M, N, K, alpha, a.data, lda, b.data, ldb, beta,
+                                    C, ldc, ep);
+                   }});
+  }
+  return out;
+}
+
+struct Shape {
+  int64_t M, N, K;
+};
+constexpr Shape kEmptyShapes[] = {{0, 5, 7}, {5, 0, 7}, {0, 0, 7}, {0, 5, 0}, {5, 0, 0}};
+
+TEST(Gemm, EmptyOutputTouchesNothingOnEveryEntry) {
+  // M = 0 or N = 0 (with K = 0 or not): no C, so nothing is written, not even the epilogue's
+  // bf16 copy, and null pointers are never followed.
+  std::mt19937 rng(5);
+  const std::vector<float> A = random_matrix(64, rng), B = random_matrix(64, rng);
+  const std::vector<float> C0 = random_matrix(64, rng);
+  const std::vector<bf16> copy0(64, to_bf16(3.0f));
+  for (const Entry& entry : every_entry()) {
+    for (Trans ta : {Trans::kNo, Trans::kYes}) {
+      for (Trans tb : {Trans::kNo, Trans::kYes}) {
+        for (const Shape& shape : kEmptyShapes) {
+          const auto [M, N, K] = shape;
+          const std::string what = entry.name + " " + trans_name(ta) + trans_name(tb) +
+                                   " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                                   " K=" + std::to_string(K);
+          const int64_t ld = 8;  // at least every extent above
+          EXPECT_NO_THROW(entry.run(ta, tb, M, N, K, 1.0f, nullptr, ld, nullptr, ld, 0.0f, nullptr,
+                                    ld, nullptr))
+              << what;
+          std::vector<float> c = C0;
+          std::vector<bf16> copy = copy0;
+          GemmEpilogue ep;
+          ep.relu_squared = true;
+          ep.c_bf16 = copy.data();
+          ep.ld_c_bf16 = ld;
+          entry.run(ta, tb, M, N, K, 1.0f, A.data(), ld, B.data(), ld, 0.0f, c.data(), ld, &ep);
+          EXPECT_TRUE(same_bits(c, C0)) << what;
+          EXPECT_EQ(std::memcmp(copy.data(), copy0.data(), copy.size() * sizeof(bf16)), 0) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemm, ZeroDepthScalesCOnEveryEntry) {
+  // K = 0: C = beta·C exactly (beta = 0: zeros, C not read; beta = 1: C as it was), then the
+  // epilogue; the guard columns untouched.
+  constexpr int64_t M = 33, N = 45;
+  constexpr int64_t lda = M + 3, ldb = N + 5;  // at least every extent, whatever the transposes
+  std::mt19937 rng(9);
+  const std::vector<float> A = random_matrix(static_cast<size_t>(M * lda), rng);
+  const std::vector<float> B = random_matrix(static_cast<size_t>(N * ldb), rng);
+  for (const Entry& entry : every_entry()) {
+    uint32_t seed = 40;
+    for (Trans ta : {Trans::kNo, Trans::kYes}) {
+      for (Trans tb : {Trans::kNo, Trans::kYes}) {
+        for (float beta : {0.0f, 0.5f, 1.0f}) {
+          for (bool relu : {false, true}) {
+            const Problem p(Trans::kNo, Trans::kNo, M, N, 1, -1.5f, beta, seed++);
+            const std::string what = entry.name + " " + trans_name(ta) + trans_name(tb) +
+                                     " beta=" + std::to_string(beta) + (relu ? " relu²" : "");
+            GemmEpilogue ep;
+            ep.relu_squared = relu;
+            std::vector<float> got = p.start_c();
+            entry.run(ta, tb, M, N, 0, p.alpha, A.data(), lda, B.data(), ldb, beta, got.data(),
+                      p.ldc, relu ? &ep : nullptr);
+            for (int64_t i = 0; i < M; ++i) {
+              for (int64_t j = 0; j < p.ldc; ++j) {
+                const size_t idx = static_cast<size_t>(i * p.ldc + j);
+                float want = p.C0[idx];
+                if (j < N) {
+                  want = beta == 0.0f ? 0.0f : beta * p.C0[idx];
+                  if (relu) want = std::max(want, 0.0f) * std::max(want, 0.0f);
+                }
+                ASSERT_EQ(got[idx], want) << what << " at " << i << "," << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+struct NegativeCase {
+  int64_t M, N, K;
+  const char* name;  // the negative one
+  int64_t value;
+};
+constexpr NegativeCase kNegativeCases[] = {
+    {-1, 4, 4, "M", -1}, {4, -2, 4, "N", -2}, {4, 4, -3, "K", -3}};
+
+TEST(Gemm, NegativeDimensionIsAnInputError) {
+  std::vector<float> A(64, 1.0f), B(64, 1.0f), C(64, 0.0f);
+  for (const Entry& entry : every_entry()) {
+    for (const NegativeCase& bad : kNegativeCases) {
+      const auto [M, N, K, name, value] = bad;
+      try {
+        entry.run(Trans::kNo, Trans::kNo, M, N, K, 1.0f, A.data(), 8, B.data(), 8, 0.0f, C.data(),
+                  8, nullptr);
+        ADD_FAILURE() << entry.name << ": no InputError for a negative " << name;
+      } catch (const InputError& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find(std::string(name) + " = " + std::to_string(value) + " is negative"),
+                  std::string::npos)
+            << entry.name << ": " << message;
       }
     }
   }

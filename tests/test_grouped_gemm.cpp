@@ -2,7 +2,8 @@
 // and the reduction grouped) on every fp32 and bf16 micro-kernel this CPU can run, against a
 // loop of per-group reference GEMMs in double; group sizes 0, 1, not multiples of any mr/nr,
 // one huge group among tiny ones; bitwise equal to a loop of per-group gemm() calls with the
-// same kernel (epilogue included); bitwise identical for 1, 2, 3 threads; clear errors.
+// same kernel (epilogue included); bitwise identical for 1, 2, 3 threads; scratch kept in the
+// workspace in scope; clear errors.
 //
 // Error bound, element by element, as test_gemm.cpp states it: the kernels sum the K products
 // of a group in fp32, so |got − want| ≤ γ·(|alpha|·Σ_k|a_ik||b_kj| + |beta·C_ij|) with
@@ -24,6 +25,7 @@
 #include "kernels/grouped_gemm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 #include "support/kernels.hpp"
 #include "support/reference.hpp"
 
@@ -305,7 +307,6 @@ TEST(GroupedGemm, BitwiseEqualToPerGroupGemm) {
       p.run(v, got);
       for (size_t g = 0; g < p.groups(); ++g) {
         const int64_t first = p.offsets[g];
-        if (p.offsets[g + 1] == first) continue;  // gemm() needs M > 0
         gemm_one(v, Trans::kNo, tb, p.offsets[g + 1] - first, p.N, p.K, p.alpha,
                  p.A.data() + first * p.lda, p.lda, p.B.data() + g * p.stride_b, p.ldb, p.beta,
                  want.data() + first * p.ldc, p.ldc, nullptr);
@@ -342,7 +343,6 @@ TEST(GroupedGemm, EpilogueInStackedCoordinates) {
     fwd.run(v, got, &ep);
     for (size_t g = 0; g < fwd.groups(); ++g) {
       const int64_t first = fwd.offsets[g];
-      if (fwd.offsets[g + 1] == first) continue;
       GemmEpilogue one = ep;
       one.c_bf16 = want16.data() + first * fwd.N;
       gemm_one(v, Trans::kNo, Trans::kYes, fwd.offsets[g + 1] - first, fwd.N, fwd.K, fwd.alpha,
@@ -367,7 +367,6 @@ TEST(GroupedGemm, EpilogueInStackedCoordinates) {
     bwd.run(v, got_b, &grad);
     for (size_t g = 0; g < bwd.groups(); ++g) {
       const int64_t first = bwd.offsets[g];
-      if (bwd.offsets[g + 1] == first) continue;
       GemmEpilogue one = grad;
       one.relu_squared_output = got.data() + first * fwd.ldc;
       gemm_one(v, Trans::kNo, Trans::kNo, bwd.offsets[g + 1] - first, bwd.N, bwd.K, bwd.alpha,
@@ -400,6 +399,54 @@ TEST(GroupedGemm, BitwiseIdenticalForAnyThreadCount) {
     }
     EXPECT_TRUE(same_bits(results[0], results[1])) << v.name() << " 1 vs 2 threads";
     EXPECT_TRUE(same_bits(results[0], results[2])) << v.name() << " 1 vs 3 threads";
+  }
+}
+
+TEST(GroupedGemm, KeepsItsScratchInTheWorkspaceInScope) {
+  // The packed operands and the workers' accumulators come from the workspace in scope: counted
+  // there (and not in the process default), the same buffers on a second call, freed by
+  // release(), and the same bits from any workspace.
+  ThreadPool three(3);
+  ThreadPool::Use use_pool(three);
+  const Sizes& s = kSizeSets[1];
+  for (const Variant& v : variants()) {
+    SCOPED_TRACE(v.name());
+    // K = 600 takes several K blocks, so the accumulators are whole task blocks.
+    const RowsProblem rows(s.sizes, Trans::kYes, 300, 600, 1.0f, 0.0f, 41);
+    const ReduceProblem reduce(s.sizes, 70, 300, 1.0f, 1.0f, 42);
+    auto run_both = [&] {
+      std::vector<float> c = rows.start_c(), r = reduce.C0;
+      rows.run(v, c);
+      reduce.run(v, r);
+      c.insert(c.end(), r.begin(), r.end());
+      return c;
+    };
+    const std::vector<float> in_default = run_both();
+    const size_t default_bytes = Workspace::process_default().bytes_held();
+    Workspace ws("grouped gemm test");
+    std::vector<float> first, again, after_release;
+    {
+      Workspace::Use use(ws);
+      first = run_both();
+      const size_t held = ws.bytes_held();
+      // At least the rows call's packed A (every row, K deep) and packed B (N × K per group
+      // with rows).
+      int64_t groups_with_rows = 0;
+      for (int64_t size : s.sizes) groups_with_rows += size > 0 ? 1 : 0;
+      EXPECT_GE(held, static_cast<size_t>((rows.offsets.back() + groups_with_rows * rows.N) *
+                                          rows.K * v.kernel.packed_bytes));
+      again = run_both();
+      EXPECT_EQ(ws.bytes_held(), held);
+      EXPECT_EQ(ws.peak_bytes(), held);
+      ws.release();
+      EXPECT_EQ(ws.bytes_held(), 0u);
+      after_release = run_both();
+      EXPECT_EQ(ws.bytes_held(), held);
+    }
+    EXPECT_EQ(Workspace::process_default().bytes_held(), default_bytes);
+    EXPECT_TRUE(same_bits(first, in_default));
+    EXPECT_TRUE(same_bits(again, in_default));
+    EXPECT_TRUE(same_bits(after_release, in_default));
   }
 }
 

@@ -7,6 +7,9 @@
 // macro-kernel over cache blocks, and one register-blocked micro-kernel per ISA chosen at run
 // time. Work is split over output tiles only (never over K), so the result is bitwise
 // identical whatever the number of threads.
+// Empty products are as in BLAS: M = 0 or N = 0 touches nothing (the pointers may be null);
+// K = 0 makes C = beta·C (beta = 0 writes zeros without reading C), then the epilogue, and does
+// nothing at all when beta = 1 without an epilogue. A negative M, N or K is an InputError.
 #pragma once
 
 #include <cstdint>

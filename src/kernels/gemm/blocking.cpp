@@ -23,6 +23,8 @@ GemmBlocking normalized(const GemmBlocking& b, const MicroKernel& kernel, int64_
 GemmBlocking default_blocking(const MicroKernel& kernel, int64_t M, int64_t N, int64_t K,
                               int threads) {
   GemmBlocking b = normalized(kernel.blocking, kernel, M, N, K);
+  // An empty C has no tasks to balance (and its mc or nc is 0).
+  if (M <= 0 || N <= 0) return b;
   // Enough tasks that the threads finish together: shrink the task width, then the height.
   const int64_t want = 4 * static_cast<int64_t>(std::max(threads, 1));
   while (ceil_div(M, b.mc) * ceil_div(N, b.nc) < want && b.nc > kernel.nr) {

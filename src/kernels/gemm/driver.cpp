@@ -7,10 +7,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernels/autotune.hpp"
+#include "kernels/gemm/pack_panels.hpp"
 #include "kernels/target.hpp"
+#include "runtime/error.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
@@ -61,37 +64,6 @@ void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end, int6
   }
 }
 
-// k values packed at a time when a source is stored k-major (Y[i][k] = src[k·ld + i]): each
-// panel reads only mr or nr values from each of K rows, so packing a whole panel before the
-// next would fetch every cache line of those rows once per panel, from wherever the rows are
-// (an 8192-row gradient: 0.6 values/ns against 5 when it fits in cache). A chunk of k rows is
-// packed into all of a block's panels before the next, so its lines are used up while in L1.
-// A multiple of every kernel's k step (at most 32), so packed offsets stay linear in k.
-constexpr int64_t kPackChunk = 64;
-
-// Packs the given panels of Y (panel p: `valid(p)` of the rows from p·width) into their places:
-// whole panels from an i-major source, k chunk by k chunk across the panels from a k-major one.
-// offset(p, k) is where panel p's k-th column starts in the packed buffer.
-template <class Valid, class Offset>
-void pack_panels(PanelPackFn fn, const void* src, int64_t ld, Trans trans, int64_t source_bytes,
-                 const int64_t* panels, size_t count, int64_t width, const Valid& valid,
-                 int64_t k_valid, int64_t kp, const Offset& offset) {
-  if (trans == Trans::kNo) {
-    for (size_t i = 0; i < count; ++i) {
-      fn(src, ld, trans, panels[i] * width, valid(panels[i]), k_valid, kp, offset(panels[i], 0));
-    }
-    return;
-  }
-  for (int64_t k0 = 0; k0 < kp; k0 += kPackChunk) {
-    const int64_t chunk = std::min(kPackChunk, kp - k0);
-    const void* rows = static_cast<const char*>(src) + k0 * ld * source_bytes;
-    for (size_t i = 0; i < count; ++i) {
-      fn(rows, ld, trans, panels[i] * width, valid(panels[i]),
-         std::clamp<int64_t>(k_valid - k0, 0, chunk), chunk, offset(panels[i], k0));
-    }
-  }
-}
-
 // How the autotuner's keys name an operand's storage.
 const char* source_name(PackSource s) {
   return s == PackSource::kF32 ? "f32" : s == PackSource::kBf16 ? "bf16" : "f32>bf16";
@@ -101,13 +73,25 @@ Trans flip(Trans t) {
   return t == Trans::kNo ? Trans::kYes : Trans::kNo;
 }
 
+void check_dimensions(int64_t M, int64_t N, int64_t K) {
+  for (auto [name, value] : {std::pair{"M", M}, std::pair{"N", N}, std::pair{"K", K}}) {
+    if (value < 0) {
+      throw InputError(std::string("gemm: ") + name + " = " + std::to_string(value) +
+                       " is negative: M, N and K count rows and columns of op(A) (M × K) and " +
+                       "op(B) (K × N); pass 0 for an empty product");
+    }
+  }
+}
+
 }  // namespace
 
 void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSources sources,
               Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
               int64_t ldc, const GemmEpilogue* epilogue) {
-  if (M <= 0 || N <= 0) return;
+  check_dimensions(M, N, K);
+  // Empty products as BLAS defines them: no C at all, or C = beta·C with nothing to add.
+  if (M == 0 || N == 0 || (K == 0 && beta == 1.0f && epilogue == nullptr)) return;
   const PanelPackFn pack_a = kernel.pack_a[static_cast<int>(sources.a)];
   const PanelPackFn pack_b = kernel.pack_b[static_cast<int>(sources.b)];
   if (pack_a == nullptr || pack_b == nullptr) {
@@ -118,8 +102,8 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
   const int64_t mr = kernel.mr, nr = kernel.nr, bytes = kernel.packed_bytes;
   const int64_t a_bytes = sources.a == PackSource::kBf16 ? 2 : 4;
   const int64_t b_bytes = sources.b == PackSource::kBf16 ? 2 : 4;
-  // K = 0 packs one all-zero k step: the tiles come out zero and are finished as usual.
-  const int64_t k_valid = std::max<int64_t>(K, 0);
+  // K = 0 packs one all-zero k step: the tiles come out zero and are finished as usual
+  // (C = beta·C, then the epilogue).
   const int64_t kp = round_up(std::max<int64_t>(K, 1), kernel.k_step);
   const int64_t mp = round_up(M, mr);
   const int64_t m_panels = mp / mr;
@@ -173,21 +157,19 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
       float* const acc_memory = reinterpret_cast<float*>(task_buffers[static_cast<size_t>(worker)]);
       int64_t* const a_rows = reinterpret_cast<int64_t*>(acc_memory + acc_floats);
       int64_t* const claimed = a_rows + task_panels;
-      ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed,
-                    [&](const int64_t* p, size_t n) {
-                      pack_panels(
-                          pack_a, A, lda, trans_a, a_bytes, p, n, mr,
-                          [&](int64_t q) { return std::min(mr, M - q * mr); }, k_valid, kp,
-                          [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
-                    });
+      ensure_packed(
+          a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed, [&](const int64_t* p, size_t n) {
+            pack::pack_panels(pack_a, A, lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr,
+                              M, K, kp,
+                              [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
+          });
       ensure_packed(
           b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, [&](const int64_t* p, size_t n) {
             // B's panels are counted from the superblock's first column.
-            pack_panels(
+            pack::pack_panels(
                 pack_b,
                 static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
-                ldb, flip(trans_b), b_bytes, p, n, nr,
-                [&](int64_t q) { return std::min(nr, N - s0 - q * nr); }, k_valid, kp,
+                ldb, flip(trans_b), b_bytes, std::span<const int64_t>(p, n), nr, N - s0, K, kp,
                 [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
           });
 
@@ -252,9 +234,9 @@ GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSources sources, Tra
                              int64_t ldc) {
   const int threads = ThreadPool::current().size();
   const GemmBlocking fallback = default_blocking(kernel, M, N, K, threads);
-  // Below this many multiply-adds the call is over before timing could pay off.
+  // Below this many multiply-adds the call is over before timing could pay off (K = 0: none).
   constexpr double kTuneMinWork = double{1 << 24};
-  if (M <= 0 || N <= 0 || static_cast<double>(M) * N * std::max<int64_t>(K, 1) < kTuneMinWork) {
+  if (M <= 0 || N <= 0 || static_cast<double>(M) * N * K < kTuneMinWork) {
     return fallback;
   }
   const std::vector<GemmBlocking> candidates = blocking_candidates(kernel, M, N, K, threads);
@@ -290,6 +272,7 @@ void gemm_dispatch(const MicroKernel& kernel, PackSources sources, Trans trans_a
                    int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
                    const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
                    const GemmEpilogue* epilogue) {
+  check_dimensions(M, N, K);  // before the autotuner times anything
   const GemmBlocking blocking =
       chosen_blocking(kernel, sources, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
   gemm_run(kernel, blocking, sources, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,

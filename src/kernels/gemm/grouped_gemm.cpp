@@ -5,17 +5,21 @@
 // K block continuing the fp32 accumulator as the driver does, so a tile's bits are those of a
 // gemm() of that group alone with the same kernel, whatever the threads.
 #include <algorithm>
+#include <cstddef>
+#include <ranges>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/gemm/blocking.hpp"
 #include "kernels/gemm/microkernel.hpp"
+#include "kernels/gemm/pack_panels.hpp"
 #include "kernels/grouped_gemm.hpp"
-#include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 
 namespace nanogpt {
 
@@ -40,34 +44,6 @@ struct Group {
   int64_t a_at = 0, b_at = 0;  // bytes into the packed buffers
   layout::Layout la, lb;
 };
-
-// k values packed at a time from a k-major source, across all of a task's panels, so that each
-// cache line of the source rows is used up while in L1 (the driver's kPackChunk, for the same
-// reason): a multiple of every kernel's k step.
-constexpr int64_t kPackChunk = 64;
-
-// Packs panels [first, end) of width `width` of a source of `valid_rows` rows of Y.
-template <class Offset>
-void pack_panels(PanelPackFn fn, const float* src, int64_t ld, Trans order, int64_t first,
-                 int64_t end, int64_t width, int64_t valid_rows, int64_t k_valid, int64_t kp,
-                 const Offset& offset) {
-  auto valid = [&](int64_t q) { return std::min(width, valid_rows - q * width); };
-  if (order == Trans::kNo) {
-    for (int64_t q = first; q < end; ++q) {
-      fn(src, ld, order, q * width, valid(q), k_valid, kp, offset(q, 0));
-    }
-    return;
-  }
-  for (int64_t k0 = 0; k0 < kp; k0 += kPackChunk) {
-    const int64_t chunk = std::min(kPackChunk, kp - k0);
-    const int64_t k_in_chunk = std::clamp<int64_t>(k_valid - k0, 0, chunk);
-    // Past the source's last row nothing is read (k_in_chunk = 0), so no pointer is formed.
-    const float* rows = k_in_chunk > 0 ? src + k0 * ld : src;
-    for (int64_t q = first; q < end; ++q) {
-      fn(rows, ld, order, q * width, valid(q), k_in_chunk, chunk, offset(q, k0));
-    }
-  }
-}
 
 struct PackTask {
   size_t group;
@@ -105,6 +81,10 @@ void run_grouped(const MicroKernel& kernel, PackSource source, std::vector<Group
   const int threads = ThreadPool::current().size();
   const GemmBlocking blk = default_blocking(kernel, rows, max_n, max_k, threads);
 
+  // A task's accumulator: two tiles taken in turn, 4 KiB + 256 B apart (see the driver: no false
+  // store aliasing), or the task's whole block when its group's K takes several K blocks.
+  const int64_t tile_stride = mr * nr + 64;
+  int64_t acc_floats = 2 * tile_stride;
   std::vector<PackTask> pack_tasks;
   std::vector<TileTask> tile_tasks;
   int64_t a_bytes = 0, b_bytes = 0;
@@ -118,6 +98,7 @@ void run_grouped(const MicroKernel& kernel, PackSource source, std::vector<Group
     }
     if (g.K == 0) continue;  // C = beta·C: no operands to pack
     g.kp = round_up(g.K, kernel.k_step);
+    if (g.kp > blk.kc) acc_floats = std::max(acc_floats, mc * nc);
     g.mp = round_up(g.M, mr);
     g.np = round_up(g.N, nr);
     g.la = kernel.a_layout(g.mp, g.kp);
@@ -137,42 +118,46 @@ void run_grouped(const MicroKernel& kernel, PackSource source, std::vector<Group
     }
   }
 
-  // Buffers belong to the calling thread and are reused across calls, as the driver's are.
-  thread_local AlignedBuffer packed_a_buf, packed_b_buf;
-  char* pa = static_cast<char*>(packed_a_buf.reserve(static_cast<size_t>(a_bytes)));
-  char* pb = static_cast<char*>(packed_b_buf.reserve(static_cast<size_t>(b_bytes)));
-
+  // Scratch from the caller's workspace (runtime/workspace.hpp), as the driver's: every
+  // group's packed operands for the calling thread, and one accumulator per pool worker,
+  // passed in below.
+  Workspace& ws = Workspace::current();
+  char* pa = ws.get<char>("grouped_gemm.packed_a", static_cast<size_t>(a_bytes));
+  char* pb = ws.get<char>("grouped_gemm.packed_b", static_cast<size_t>(b_bytes));
   ThreadPool& pool = ThreadPool::current();
+  const std::span<std::byte* const> task_buffers =
+      ws.lanes("grouped_gemm.task", pool.size(), static_cast<size_t>(acc_floats) * 4);
+
   pool.parallel_for(pack_tasks.size(), [&](size_t task, int) {
     const PackTask& t = pack_tasks[task];
     const Group& g = groups[t.group];
+    const auto panels = std::views::iota(t.first, t.end);
     if (t.b) {
-      pack_panels(pack_b, g.b, g.ldb, g.b_order, t.first, t.end, nr, g.N, g.K, g.kp,
-                  [&](int64_t q, int64_t k) { return pb + g.b_at + g.lb(k, q * nr) * bytes; });
+      pack::pack_panels(
+          pack_b, g.b, g.ldb, g.b_order, sizeof(float), panels, nr, g.N, g.K, g.kp,
+          [&](int64_t q, int64_t k) { return pb + g.b_at + g.lb(k, q * nr) * bytes; });
     } else {
-      pack_panels(pack_a, g.a, g.lda, g.a_order, t.first, t.end, mr, g.M, g.K, g.kp,
-                  [&](int64_t q, int64_t k) { return pa + g.a_at + g.la(q * mr, k) * bytes; });
+      pack::pack_panels(
+          pack_a, g.a, g.lda, g.a_order, sizeof(float), panels, mr, g.M, g.K, g.kp,
+          [&](int64_t q, int64_t k) { return pa + g.a_at + g.la(q * mr, k) * bytes; });
     }
   });
 
-  pool.parallel_for(tile_tasks.size(), [&](size_t task, int) {
+  pool.parallel_for(tile_tasks.size(), [&](size_t task, int worker) {
     const TileTask& t = tile_tasks[task];
     const Group& g = groups[t.group];
     const int64_t mc = std::min(blk.mc, round_up(g.M, mr));
     const int64_t nc = std::min(blk.nc, round_up(g.N, nr));
     const int64_t rows_here = std::min(mc, g.M - t.i0);
     const int64_t cols_here = std::min(nc, g.N - t.j0);
-    thread_local AlignedBuffer tile_buf, block_buf;
-    // Two tiles taken in turn, 4 KiB + 256 B apart (see the driver: no false store aliasing).
-    const int64_t tile_stride = mr * nr + 64;
-    float* tiles = static_cast<float*>(tile_buf.reserve(static_cast<size_t>(2 * tile_stride) * 4));
+    float* const acc_memory = reinterpret_cast<float*>(task_buffers[static_cast<size_t>(worker)]);
     if (g.K == 0) {
       // Nothing to multiply: every tile is finished from a zero accumulator (C = beta·C and
       // the epilogue, exactly as a gemm() with K = 0).
-      std::fill(tiles, tiles + mr * nr, 0.0f);
+      std::fill(acc_memory, acc_memory + mr * nr, 0.0f);
       for (int64_t jp = t.j0; jp < t.j0 + cols_here; jp += nr) {
         for (int64_t ip = t.i0; ip < t.i0 + rows_here; ip += mr) {
-          kernel.finish(tiles, nr, std::min(mr, g.M - ip), std::min(nr, g.N - jp), alpha, beta,
+          kernel.finish(acc_memory, nr, std::min(mr, g.M - ip), std::min(nr, g.N - jp), alpha, beta,
                         g.c + ip * g.ldc + jp, g.ldc, epilogue, g.epilogue_row + ip, jp);
         }
       }
@@ -181,9 +166,6 @@ void run_grouped(const MicroKernel& kernel, PackSource source, std::vector<Group
     const int64_t kc = std::min(blk.kc, g.kp);
     const int64_t n_kblocks = ceil_div(g.kp, kc);
     const bool one_block = n_kblocks == 1;
-    float* block = one_block ? nullptr
-                             : static_cast<float*>(block_buf.reserve(
-                                   static_cast<size_t>(round_up(rows_here, mr) * nc) * 4));
     // A tile is finished one micro-kernel call late, as in the driver: reading an accumulator
     // right after the kernel stored it would wait for those stores.
     struct Pending {
@@ -208,8 +190,8 @@ void run_grouped(const MicroKernel& kernel, PackSource source, std::vector<Group
         const char* b = pb + g.b_at + (g.lb.col_part(jp) + b_k) * bytes;
         for (int64_t ip = t.i0; ip < t.i0 + rows_here; ip += mr) {
           const char* a = pa + g.a_at + (g.la.row_part(ip) + a_k) * bytes;
-          float* acc = one_block ? tiles + (calls++ & 1) * tile_stride
-                                 : block + (ip - t.i0) * nc + (jp - t.j0);
+          float* acc = one_block ? acc_memory + (calls++ & 1) * tile_stride
+                                 : acc_memory + (ip - t.i0) * nc + (jp - t.j0);
           const int64_t ld_acc = one_block ? nr : nc;
           kernel.fn(kc_here, a, b, acc, ld_acc, kb > 0);
           if (last) {

@@ -75,14 +75,13 @@ template <int kP>
 PackTable fp32_pack_table_avx512();
 
 // Any separable layout of a p×kp micro-panel (rows of Y by k), as bf16: out[layout(i, k)].
-// The offsets are tabulated once per call, so the layout is evaluated O(p + kp) times.
+// The offsets are tabulated once per call, in tables of the call's own (this is the tests'
+// reference, on no hot path), so the layout is evaluated O(p + kp) times.
 template <class T>
 void bf16_panel_by_layout(const layout::Layout& panel, const T* src, int64_t ld, Trans trans,
                           int64_t first, int64_t valid, int64_t k_valid, bf16* out) {
   const int64_t p = panel.rows(), kp = panel.cols();
-  thread_local std::vector<int64_t> row_off, col_off;
-  row_off.resize(static_cast<size_t>(p));
-  col_off.resize(static_cast<size_t>(kp));
+  std::vector<int64_t> row_off(static_cast<size_t>(p)), col_off(static_cast<size_t>(kp));
   for (int64_t i = 0; i < p; ++i) row_off[i] = panel.row_part(i);
   for (int64_t k = 0; k < kp; ++k) col_off[k] = panel.col_part(k);
   const bf16 zero{0};

@@ -1,0 +1,51 @@
+// Packing a set of one operand's micro-panels with a kernel's panel packer: the loop the GEMM
+// driver (gemm/driver.cpp) and the grouped GEMM (gemm/grouped_gemm.cpp) share, so both pack in
+// the same order and with the same chunking.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/gemm.hpp"
+#include "kernels/gemm/microkernel.hpp"
+
+namespace nanogpt::pack {
+
+// k values packed at a time when a source is stored k-major (Y[i][k] = src[k·ld + i]): each
+// panel reads only mr or nr values from each of K rows, so packing a whole panel before the
+// next would fetch every cache line of those rows once per panel, from wherever the rows are
+// (an 8192-row gradient: 0.6 values/ns against 5 when it fits in cache). A chunk of k rows is
+// packed into all of a block's panels before the next, so its lines are used up while in L1.
+// A multiple of every kernel's k step (at most 32), so packed offsets stay linear in k.
+constexpr int64_t kPackChunk = 64;
+
+// Packs panels `panels` (any range of panel numbers) of Y, a source of `rows` rows of
+// `k_valid` values (Y[i][k] = src[i·ld + k] when order is kNo, src[k·ld + i] when kYes, each
+// element source_bytes long), panel q being rows [q·width, q·width + width) with those past
+// `rows` zero and k padded with zeros to kp. Whole panels from an i-major source, kPackChunk
+// values of k at a time across all the panels from a k-major one. offset(q, k) is where panel
+// q's k-th column starts in the packed buffer.
+template <class Panels, class Offset>
+void pack_panels(PanelPackFn fn, const void* src, int64_t ld, Trans order, int64_t source_bytes,
+                 const Panels& panels, int64_t width, int64_t rows, int64_t k_valid, int64_t kp,
+                 const Offset& offset) {
+  auto valid = [&](int64_t q) { return std::min(width, rows - q * width); };
+  if (order == Trans::kNo) {
+    for (const int64_t q : panels) {
+      fn(src, ld, order, q * width, valid(q), k_valid, kp, offset(q, 0));
+    }
+    return;
+  }
+  for (int64_t k0 = 0; k0 < kp; k0 += kPackChunk) {
+    const int64_t chunk = std::min(kPackChunk, kp - k0);
+    const int64_t k_in_chunk = std::clamp<int64_t>(k_valid - k0, 0, chunk);
+    // Past the source's last row nothing is read (k_in_chunk = 0), so no pointer is formed.
+    const void* chunk_rows =
+        k_in_chunk > 0 ? static_cast<const char*>(src) + k0 * ld * source_bytes : src;
+    for (const int64_t q : panels) {
+      fn(chunk_rows, ld, order, q * width, valid(q), k_in_chunk, chunk, offset(q, k0));
+    }
+  }
+}
+
+}  // namespace nanogpt::pack
