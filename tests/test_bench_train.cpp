@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gpt.hpp"
 #include "runtime/file_io.hpp"
 #include "support/fixtures.hpp"
 #include "train/train_step.hpp"
@@ -71,6 +72,32 @@ TEST(BenchTrain, PrintsOneConsistentJsonLine) {
   EXPECT_FALSE(j["isa"].get<std::string>().empty());
   EXPECT_FALSE(j["cpu"].get<std::string>().empty());
   EXPECT_EQ(j["precision"], "fp32");
+}
+
+// The memory report: weights and gradients at 4 bytes per parameter, every part counted once
+// in counted_bytes, all of it within what the OS saw resident.
+TEST(BenchTrain, ReportsWhereTheMemoryGoes) {
+  auto r = run_nanogpt(kTiny + "--steps 1 --warmup 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("memory")) << r.out;
+  const auto& m = j["memory"];
+  const auto parameter_bytes = Gpt(tiny_config()).params().size() * sizeof(float);
+  EXPECT_EQ(m["weight_bytes"].get<size_t>(), parameter_bytes);
+  EXPECT_EQ(m["gradient_bytes"].get<size_t>(), parameter_bytes);
+  size_t sum = 0;
+  for (const char* key : {"weight_bytes", "gradient_bytes", "optimizer_state_bytes",
+                          "newton_schulz_bytes", "activation_bytes", "model_workspace_peak_bytes",
+                          "optimizer_workspace_peak_bytes", "process_workspace_peak_bytes"}) {
+    ASSERT_TRUE(m.contains(key)) << key << " missing from " << m.dump();
+    sum += m[key].get<size_t>();
+  }
+  for (const char* key : {"optimizer_state_bytes", "newton_schulz_bytes", "activation_bytes",
+                          "model_workspace_peak_bytes", "optimizer_workspace_peak_bytes"}) {
+    EXPECT_GT(m[key].get<size_t>(), 0u) << key;
+  }
+  EXPECT_EQ(m["counted_bytes"].get<size_t>(), sum);
+  EXPECT_LT(static_cast<double>(sum), m["peak_rss_bytes"].get<double>());
 }
 
 TEST(BenchTrain, WindowAndProfile) {

@@ -20,6 +20,7 @@
 #include "runtime/profiler.hpp"
 #include "runtime/random.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 #include "train/attention_window.hpp"
 #include "train/train_step.hpp"
 
@@ -109,6 +110,30 @@ void random_batch(const Config& c, Rng& rng, std::vector<int32_t>& inputs,
   }
   inputs.assign(stream.begin(), stream.end() - 1);
   targets.assign(stream.begin() + 1, stream.end());
+}
+
+// Where the memory of a training run goes, as the program counts it: next to peak_rss_bytes
+// (which also holds the binary, the libraries, thread stacks and the allocator's slack), so a
+// user sees what grows with micro_batch_tokens and what is fixed (README, "Memory").
+nlohmann::ordered_json memory_json(const Gpt& model, const GptOptimizer& optimizer) {
+  const size_t weights = model.params().values().capacity() * sizeof(float);
+  const size_t grads = model.grads().capacity() * sizeof(float);
+  const size_t counted = weights + grads + optimizer.state_bytes() +
+                         optimizer.newton_schulz_bytes() + model.activation_bytes() +
+                         model.workspace().peak_bytes() + optimizer.workspace().peak_bytes() +
+                         Workspace::process_default().peak_bytes();
+  nlohmann::ordered_json m;
+  m["weight_bytes"] = weights;
+  m["gradient_bytes"] = grads;
+  m["optimizer_state_bytes"] = optimizer.state_bytes();
+  m["newton_schulz_bytes"] = optimizer.newton_schulz_bytes();
+  m["activation_bytes"] = model.activation_bytes();
+  m["model_workspace_peak_bytes"] = model.workspace().peak_bytes();
+  m["optimizer_workspace_peak_bytes"] = optimizer.workspace().peak_bytes();
+  m["process_workspace_peak_bytes"] = Workspace::process_default().peak_bytes();
+  m["counted_bytes"] = counted;
+  m["peak_rss_bytes"] = peak_rss_bytes();
+  return m;
 }
 
 double median(std::vector<double> v) {
@@ -218,6 +243,7 @@ void register_bench_train(CLI::App& bench) {
     j["loadavg_before"] = load_before;
     j["loadavg_after"] = load_after;
     j["peak_rss_bytes"] = peak_rss_bytes();
+    j["memory"] = memory_json(model, optimizer);
     j["version"] = NANOGPT_VERSION;
     j["revision"] = build_revision();
     std::printf("%s\n", j.dump().c_str());

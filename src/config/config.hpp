@@ -59,7 +59,7 @@ struct Config {
   // Tokens per forward/backward pass: a step's sequences are batched, whole, up to this many
   // (at least one sequence per pass), so every product is that many rows tall. More rows use
   // the matrix units better and pack each weight fewer times; activation memory grows with it
-  // (about 19·model_dim·num_layers floats per token).
+  // (about (17.5·num_layers + 15)·model_dim floats per token; docs/ARCHITECTURE.md, "Memory").
   int64_t micro_batch_tokens = 8192;
 
   // Schedule.

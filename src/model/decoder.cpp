@@ -27,6 +27,7 @@ const std::vector<float>& GptDecoder::feed(std::span<const int32_t> tokens) {
   p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(d)));
   p.fp8 = c.fp8_head;
   p.precision = model_.precision();
+  const Workspace::Use scratch(model_.workspace());  // the head's scratch is the model's too
   capped_logits(p, logits_.data());
   return logits_;
 }

@@ -27,6 +27,11 @@ void resize(V& v, int64_t n) {
   v.resize(static_cast<size_t>(n));
 }
 
+template <class V>
+size_t bytes_of(const V& v) {
+  return v.capacity() * sizeof(typename V::value_type);
+}
+
 }  // namespace
 
 template <class Real>
@@ -228,6 +233,28 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
 }
 
 template <class Real>
+size_t GptT<Real>::activation_bytes() const {
+  size_t total = bytes_of(tokens_) + bytes_of(doc_) + bytes_of(pos_) + bytes_of(x0_) +
+                 bytes_of(rstd0_) + bytes_of(final_norm_) + bytes_of(rstd_final_);
+  for (const LayerActivations& A : layers_) {
+    for (const AlignedVector<Real>* v :
+         {&A.x_in, &A.x_mix, &A.norm1, &A.rstd1, &A.qkv_raw, &A.rstd_qk, &A.qkv, &A.attn_out,
+          &A.lse, &A.x_attn, &A.norm2, &A.rstd2, &A.h, &A.x_out, &A.router_probs, &A.gates, &A.xe,
+          &A.he, &A.ye}) {
+      total += bytes_of(*v);
+    }
+    total += bytes_of(A.expert_ids) + bytes_of(A.plan.offsets) + bytes_of(A.plan.entry_of_row) +
+             bytes_of(A.plan.row_of_entry);
+  }
+  for (const AlignedVector<Real>* v : {&dx_, &dx0_, &dtmp_, &dh_, &dqkv_, &dattn_, &dnorm_, &dye_,
+                                       &dhe_, &dxe_, &dgates_, &dlogits_}) {
+    total += bytes_of(*v);
+  }
+  for (const AlignedVector<Real>& v : dskip_) total += bytes_of(v);
+  return total;
+}
+
+template <class Real>
 AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blocks,
                                                const KvCacheT<Real>* cache) const {
   // q, k, v are the three parts of each token's row of the layer's qkv activation; with a
@@ -291,6 +318,7 @@ void GptT<Real>::forward_cached(std::span<const int32_t> tokens, int64_t window_
                      std::to_string(cache.capacity()) + " positions used, " + std::to_string(T) +
                      " more asked; ask for fewer tokens or a longer context");
   }
+  const Workspace::Use scratch(*workspace_);
   forward(tokens, window_blocks, T, &cache);
   cache.advance(T);
 }
@@ -425,6 +453,7 @@ template <class Real>
 double GptT<Real>::forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
                                 int64_t window_blocks, Real* per_token, int64_t seq_len) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
+  const Workspace::Use scratch(*workspace_);
   forward(inputs, window_blocks, seq_len);
   LossArgs<Real> p =
       loss_params(config_, precision_, final_norm_.data(), w_.lm_head, targets.data(), T_);
@@ -436,6 +465,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                                     std::span<const int32_t> targets, int64_t window_blocks,
                                     float loss_scale, int64_t seq_len) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
+  const Workspace::Use scratch(*workspace_);
   forward(inputs, window_blocks, seq_len);
   const int64_t T = T_;
   const int64_t d = config_.model_dim, HD = config_.num_heads * config_.head_dim;

@@ -19,7 +19,9 @@
 // output h is stored: relu²'(x) = 2·relu(x) = 2·√h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -32,6 +34,7 @@
 #include "model/moe_ops.hpp"
 #include "model/parameters.hpp"
 #include "runtime/aligned_memory.hpp"
+#include "runtime/workspace.hpp"
 
 namespace nanogpt {
 
@@ -101,6 +104,15 @@ class GptT {
 
   int64_t layer_window(int64_t layer, int64_t window_blocks) const;
 
+  // Memory the model holds besides its weights and gradients. The workspace holds the kernels'
+  // scratch (GEMM packing, attention's packed K/V, the fused loss's logits): forward_loss,
+  // forward_backward and forward_cached install it (Workspace::Use) for their kernels, and it
+  // is freed with the model. activation_bytes() is what the activations and the backward's
+  // buffers take, sized by the largest call's T (docs/ARCHITECTURE.md, "Memory").
+  Workspace& workspace() { return *workspace_; }
+  const Workspace& workspace() const { return *workspace_; }
+  size_t activation_bytes() const;
+
  private:
   struct LayerActivations {
     AlignedVector<Real> x_in;      // [T, d] block input (after the skip)
@@ -151,11 +163,13 @@ class GptT {
   std::vector<int64_t> pos_;           // each token's position in its sequence (RoPE)
   AlignedVector<Real> x0_, rstd0_;
   std::vector<LayerActivations> layers_;
-  AlignedVector<Real> final_in_, final_norm_, rstd_final_;
+  AlignedVector<Real> final_norm_, rstd_final_;
   // Backward scratch.
   AlignedVector<Real> dx_, dx0_, dtmp_, dh_, dqkv_, dattn_, dnorm_;
   AlignedVector<Real> dye_, dhe_, dxe_, dgates_, dlogits_;  // MoE blocks'
   std::vector<AlignedVector<Real>> dskip_;
+  // Held by pointer so the model stays movable (a Workspace is not).
+  std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>("model");
 };
 
 using Gpt = GptT<float>;

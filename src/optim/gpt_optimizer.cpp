@@ -139,8 +139,11 @@ void GptOptimizer::step(ParameterSet& params, std::span<const float> grads, int6
 
   // Matrices that would straggle run first, on the whole pool; see muon_matrices_on_whole_pool.
   const size_t on_pool = muon_matrices_on_whole_pool(muon_work_, threads);
-  for (size_t i = 0; i < on_pool; ++i) {
-    muon_matrix(muon_[i], params, grads, mult, momentum, workers_[0]->ns);
+  {
+    const Workspace::Use scratch(*workspace_);
+    for (size_t i = 0; i < on_pool; ++i) {
+      muon_matrix(muon_[i], params, grads, mult, momentum, workers_[0]->ns);
+    }
   }
   // Then one task per matrix, handed out largest first. The worker index only picks scratch
   // space, so a matrix's bits do not depend on which worker runs it.
@@ -149,8 +152,29 @@ void GptOptimizer::step(ParameterSet& params, std::span<const float> grads, int6
   pool.parallel_for(tasks, [&](size_t task, int worker) {
     MuonWorker& w = *workers_[static_cast<size_t>(worker)];
     ThreadPool::Use serial(w.serial);
+    // Each task's products run on this worker, so it installs the workspace for them itself
+    // (a Use scope is per thread); the workspace keeps each thread's buffers apart.
+    const Workspace::Use scratch(*workspace_);
     muon_matrix(muon_[on_pool + task], params, grads, mult, momentum, w.ns);
   });
+}
+
+size_t GptOptimizer::state_bytes() const {
+  size_t floats = 0;
+  for (const Slot& s : slots_) {
+    floats += s.muon_buffer.capacity() + s.exp_avg.capacity() + s.exp_avg_sq.capacity();
+  }
+  return floats * sizeof(float);
+}
+
+size_t GptOptimizer::newton_schulz_bytes() const {
+  size_t floats = 0;
+  for (const auto& w : workers_) {
+    const NewtonSchulzWorkspace& ns = w->ns;
+    floats += ns.x.capacity() + ns.x_next.capacity() + ns.gram.capacity() + ns.poly.capacity() +
+              ns.staging.capacity();
+  }
+  return floats * sizeof(float);
 }
 
 double muon_newton_schulz_flops(const Config& c) {

@@ -15,6 +15,7 @@
 #include "model/parameters.hpp"
 #include "optim/newton_schulz.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 
 namespace nanogpt {
 
@@ -37,6 +38,14 @@ class GptOptimizer {
   std::vector<StateTensor> state_tensors();
   int64_t adam_steps() const { return adam_steps_; }
   void set_adam_steps(int64_t n) { adam_steps_ = n; }
+
+  // Memory the optimizer holds: its state (Muon's momentum, 4 bytes per matrix weight; Adam's
+  // two moments, 8 bytes per other weight), Newton–Schulz's scratch (per pool thread, sized
+  // for the largest matrix), and the workspace its products' kernels keep their scratch in
+  // (installed around every matrix's update, on whichever thread runs it; freed with it).
+  size_t state_bytes() const;
+  size_t newton_schulz_bytes() const;
+  const Workspace& workspace() const { return *workspace_; }
 
  private:
   struct Slot {
@@ -69,6 +78,8 @@ class GptOptimizer {
   std::vector<MuonMatrix> muon_;                      // largest first
   std::vector<double> muon_work_;                     // their costs, in that order
   std::vector<std::unique_ptr<MuonWorker>> workers_;  // grown to the pool's size, then kept
+  // Held by pointer so the optimizer stays movable (a Workspace is not).
+  std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>("optimizer");
   int64_t adam_steps_ = 0;
 };
 

@@ -1,0 +1,139 @@
+// Memory a model and its optimizer hold is theirs and counted: the kernels' scratch during
+// forward_backward, forward_loss, decoding and the optimizer step lands in the owner's
+// Workspace (none in the process default), the activations take what the README's formula
+// says per token, and the optimizer state what it says per parameter.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/decoder.hpp"
+#include "model/gpt.hpp"
+#include "optim/gpt_optimizer.hpp"
+#include "runtime/random.hpp"
+#include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
+#include "support/model.hpp"
+
+namespace nanogpt {
+namespace {
+
+struct Batch {
+  std::vector<int32_t> inputs, targets;
+};
+
+Batch batch_of(size_t tokens, uint32_t seed) {
+  const std::vector<uint32_t> ids = synthetic_tokens(tokens + 1, seed);
+  Batch b;
+  b.inputs.assign(ids.begin(), ids.end() - 1);
+  b.targets.assign(ids.begin() + 1, ids.end());
+  return b;
+}
+
+// The process default starts empty, so any kernel that took its scratch there instead of from
+// the model's (or optimizer's) workspace would show. Nothing runs meanwhile (pool workers never
+// call into a workspace).
+void empty_process_default() {
+  Workspace::process_default().release();
+  ASSERT_EQ(Workspace::process_default().bytes_held(), 0u);
+}
+
+TEST(GptMemory, KernelScratchLivesInTheModelsWorkspace) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    ThreadPool pool(2);
+    ThreadPool::Use use(pool);
+    Config c = micro_config();
+    set_config_value(c, std::string("precision=") + precision);
+    Gpt model(c);
+    model.init_parameters(3);
+    EXPECT_EQ(model.workspace().bytes_held(), 0u) << "nothing is held before the first call";
+    const Batch b = batch_of(256, 7);
+    empty_process_default();
+
+    model.zero_grads();
+    model.forward_backward(b.inputs, b.targets, 1, 1.0f / 256, 128);
+    EXPECT_EQ(Workspace::process_default().bytes_held(), 0u) << "forward_backward";
+    // At least the fused loss's logits: 256 rows (one block) of the padded vocabulary.
+    const size_t logits = 256 * static_cast<size_t>(c.vocab_padded()) * sizeof(float);
+    const size_t held = model.workspace().bytes_held();
+    EXPECT_GT(held, logits);
+    EXPECT_EQ(model.workspace().peak_bytes(), held) << "buffers only grow";
+
+    // The same shapes again reuse what is held.
+    model.forward_backward(b.inputs, b.targets, 1, 1.0f / 256, 128);
+    EXPECT_EQ(model.workspace().bytes_held(), held);
+    model.forward_loss(b.inputs, b.targets, 1, nullptr, 128);
+    EXPECT_EQ(model.workspace().bytes_held(), held);
+
+    GptDecoder decoder(model, 64, 1);
+    decoder.feed(std::span<const int32_t>(b.inputs.data(), 40));
+    decoder.step(b.inputs[40]);
+    EXPECT_EQ(Workspace::process_default().bytes_held(), 0u) << "forward_loss and decoding";
+
+    // The workspace moves with the model (it is the model's, not a copy) and is freed with it.
+    const Workspace* workspace = &model.workspace();
+    Gpt moved = std::move(model);
+    EXPECT_EQ(&moved.workspace(), workspace);
+    EXPECT_EQ(moved.workspace().bytes_held(), held);
+    moved.workspace().release();
+    EXPECT_EQ(moved.workspace().bytes_held(), 0u);
+    Gpt other(c);
+    EXPECT_NE(&other.workspace(), workspace) << "each model has its own";
+  }
+}
+
+// The README's count (docs/ARCHITECTURE.md, "Memory"): per token, each layer keeps 9·d + 1
+// floats for the residual stream and the MLP, and an attention layer d + 7·H·D + 3·H + 1 more;
+// the model keeps (9 + L/2)·d + 6·H·D + 2 floats of its own (x0, the final norm, the backward's
+// buffers, the U-net's skip gradients) and 16 bytes of token, document and position.
+TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
+  Config c = micro_config();  // layer 3 without attention
+  set_config_value(c, "precision=fp32");
+  Gpt model(c);
+  model.init_parameters(3);
+  EXPECT_EQ(model.activation_bytes(), 0u);
+  const int64_t T = 256, d = c.model_dim, HD = c.num_heads * c.head_dim, H = c.num_heads;
+  const int64_t L = c.num_layers;
+  int64_t floats = (9 + L / 2) * d + 6 * HD + 2;
+  for (int64_t i = 0; i < L; ++i) {
+    floats += 9 * d + 1;
+    if (c.has_attention(i)) floats += d + 7 * HD + 3 * H + 1;
+  }
+  const Batch b = batch_of(static_cast<size_t>(T), 9);
+  model.forward_backward(b.inputs, b.targets, 1, 1.0f / T, 128);
+  EXPECT_EQ(model.activation_bytes(), static_cast<size_t>(T * (4 * floats + 16)));
+}
+
+TEST(GptMemory, OptimizerStateAndScratchAreItsOwn) {
+  ThreadPool pool(2);
+  ThreadPool::Use use(pool);
+  Config c = micro_config();
+  set_config_value(c, "precision=fp32");
+  Gpt model(c);
+  model.init_parameters(3);
+  Rng rng(4);
+  for (float& g : model.grads()) g = static_cast<float>(0.01 * rng.normal());
+  GptOptimizer optimizer(model.params(), c, model.precision());
+  // Muon's momentum for matrices, Adam's two moments for the rest.
+  size_t muon = 0, adam = 0;
+  for (const ParamTensor& t : model.params().tensors()) {
+    (t.group == ParamGroup::kMatrix ? muon : adam) += t.numel;
+  }
+  EXPECT_EQ(optimizer.state_bytes(), 4 * muon + 8 * adam);
+  EXPECT_EQ(optimizer.newton_schulz_bytes(), 0u) << "sized on the first step";
+  empty_process_default();
+  optimizer.step(model.params(), model.grads(), 0);
+  EXPECT_EQ(Workspace::process_default().bytes_held(), 0u)
+      << "Newton–Schulz's products took scratch from the process default";
+  EXPECT_GT(optimizer.workspace().bytes_held(), 0u);
+  // Per thread: the iterate twice and the staging buffer for the largest matrix (4d × d).
+  const size_t largest = static_cast<size_t>(4 * c.model_dim * c.model_dim) * sizeof(float);
+  EXPECT_GE(optimizer.newton_schulz_bytes(), 2 * 3 * largest);
+}
+
+}  // namespace
+}  // namespace nanogpt
