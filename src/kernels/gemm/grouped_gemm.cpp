@@ -6,7 +6,6 @@
 // gemm() of that group alone with the same kernel, whatever the threads.
 #include <algorithm>
 #include <cstddef>
-#include <ranges>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -131,7 +130,7 @@ void run_grouped(const MicroKernel& kernel, PackSource source, std::vector<Group
   pool.parallel_for(pack_tasks.size(), [&](size_t task, int) {
     const PackTask& t = pack_tasks[task];
     const Group& g = groups[t.group];
-    const auto panels = std::views::iota(t.first, t.end);
+    const pack::PanelRange panels{t.first, t.end};
     if (t.b) {
       pack::pack_panels(
           pack_b, g.b, g.ldb, g.b_order, sizeof(float), panels, nr, g.N, g.K, g.kp,

@@ -19,6 +19,23 @@ namespace nanogpt::pack {
 // A multiple of every kernel's k step (at most 32), so packed offsets stay linear in k.
 constexpr int64_t kPackChunk = 64;
 
+// The panel numbers [first, last) as a range for pack_panels. (std::views::iota would do, but
+// clang 14, which builds the fuzzers, cannot compile it against GCC 12's <ranges>.)
+struct PanelRange {
+  struct Iterator {
+    int64_t q;
+    int64_t operator*() const { return q; }
+    Iterator& operator++() {
+      ++q;
+      return *this;
+    }
+    bool operator!=(const Iterator& o) const { return q != o.q; }
+  };
+  int64_t first, last;
+  Iterator begin() const { return {first}; }
+  Iterator end() const { return {last}; }
+};
+
 // Packs panels `panels` (any range of panel numbers) of Y, a source of `rows` rows of
 // `k_valid` values (Y[i][k] = src[i·ld + k] when order is kNo, src[k·ld + i] when kYes, each
 // element source_bytes long), panel q being rows [q·width, q·width + width) with those past
