@@ -1,6 +1,8 @@
 // A micro configuration and synthetic token shards for model, trainer and decoder tests.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "config/config.hpp"
@@ -105,6 +107,17 @@ inline StepResult run_step(const Config& c, int threads) {
   r.loss = model.forward_backward(in, tg, 2, 1.0f / 200);
   r.grads = model.grads();
   return r;
+}
+
+// ‖fast − ref‖ / ‖ref‖ over one parameter tensor's gradient: the fp32 path against float64.
+inline double gradient_relative_error(const ParamTensor& t, const float* fast, const double* ref) {
+  double num = 0, den = 0;
+  for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
+    const double a = fast[i], b = ref[i];
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 }  // namespace nanogpt
