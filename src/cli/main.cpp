@@ -4,6 +4,7 @@
 
 #include "cli/commands.hpp"
 #include "runtime/build_info.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 
 namespace {
@@ -58,9 +59,43 @@ const CLI::App* deepest_parsed(const CLI::App& root) {
   }
 }
 
+// Under an MPI launcher an error on one rank must end the whole job: the other ranks would
+// otherwise wait for it in their next collective. Rank 0 prints as a single process does; the
+// others say which rank they are.
+int fail(const char* kind, const char* what, int code) {
+  if (nanogpt::Comm::launched_by_mpi() && nanogpt::Comm::world().distributed()) {
+    const nanogpt::Comm& world = nanogpt::Comm::world();
+    std::fprintf(stderr, "nanogpt: %s (%s): %s\n", kind, world.where().c_str(), what);
+    nanogpt::Comm::abort_job(code);
+  }
+  std::fprintf(stderr, "nanogpt: %s: %s\n", kind, what);
+  return code;
+}
+
+int run(int argc, char** argv);
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  try {
+    // MPI starts here when a launcher started this process (and never otherwise).
+    if (nanogpt::Comm::launched_by_mpi()) nanogpt::Comm::world();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nanogpt: error: could not join the MPI job: %s\n", e.what());
+    nanogpt::Comm::abort_job(1);
+  }
+  const int code = run(argc, argv);
+  if (code == 0) {
+    nanogpt::Comm::shutdown();
+  } else if (nanogpt::Comm::launched_by_mpi() && nanogpt::Comm::world().distributed()) {
+    nanogpt::Comm::abort_job(code);  // e.g. a usage error, already printed
+  }
+  return code;
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{
       "nanogpt: pre-train GPT language models with the NanoGPT-speedrun recipe.\n"
       "Run `nanogpt SUBCOMMAND --help` for the flags of each subcommand."};
@@ -100,11 +135,11 @@ int main(int argc, char** argv) {
     }
     return code;
   } catch (const nanogpt::Error& e) {
-    std::fprintf(stderr, "nanogpt: error: %s\n", e.what());
-    return 1;
+    return fail("error", e.what(), 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "nanogpt: internal error: %s\n", e.what());
-    return 2;
+    return fail("internal error", e.what(), 2);
   }
   return 0;
 }
+
+}  // namespace

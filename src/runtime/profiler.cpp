@@ -97,6 +97,9 @@ class Interner {
 
 // Everything recorded, behind one mutex: an event costs one uncontended lock on the thread that
 // ends the scope, small next to any operation worth a scope.
+// Named tracks get thread ids far above any pool's.
+constexpr uint32_t kFirstTrackTid = 100000;
+
 struct Store {
   std::mutex mutex;
   int64_t origin_ns = 0, stop_ns = 0;
@@ -108,6 +111,7 @@ struct Store {
   std::vector<std::pair<uint16_t, Totals>> by_name;    // indexed by name id: (op id, totals)
   std::unordered_map<uint32_t, int64_t> top_level_ns;  // per thread: time in outermost scopes
   uint32_t max_tid = 0;
+  std::vector<std::string> tracks;  // record_interval's; track i is tid kFirstTrackTid + i
 
   void clear() {
     events.clear();
@@ -119,6 +123,7 @@ struct Store {
     top_level_ns.clear();
     dropped = 0;
     max_tid = 0;
+    tracks.clear();
   }
 };
 
@@ -213,6 +218,27 @@ size_t Profiler::dropped_events() {
   return s.dropped;
 }
 
+void Profiler::record_interval(const char* op_type, std::string_view name, std::string_view track,
+                               int64_t start_ns, int64_t end_ns, double bytes) {
+  if (!enabled()) return;
+  Store& s = store();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.events.size() >= s.limit) {
+    ++s.dropped;
+    return;
+  }
+  auto it = std::find(s.tracks.begin(), s.tracks.end(), track);
+  if (it == s.tracks.end()) it = s.tracks.insert(s.tracks.end(), std::string(track));
+  Event e{};
+  e.start_ns = start_ns;
+  e.dur_ns = std::max<int64_t>(0, end_ns - start_ns);
+  e.bytes = bytes;
+  e.name_id = s.names.id(name);
+  e.op_id = static_cast<uint16_t>(s.op_types.id(op_type));
+  e.tid = kFirstTrackTid + static_cast<uint32_t>(it - s.tracks.begin());
+  s.events.push_back(e);
+}
+
 void ProfileScope::begin(const char* op_type, std::string_view name,
                          std::initializer_list<int64_t> shape, double flops, double bytes) {
   ThreadState& ts = t_state;
@@ -291,6 +317,12 @@ void Profiler::write_chrome_trace(const std::string& path) {
   for (uint32_t tid = 1; tid <= s.max_tid; ++tid) {
     buf += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" + std::to_string(tid) +
            ",\"args\":{\"name\":\"thread " + std::to_string(tid) + "\"}}";
+  }
+  for (size_t i = 0; i < s.tracks.size(); ++i) {
+    buf += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" +
+           std::to_string(kFirstTrackTid + i) + ",\"args\":{\"name\":";
+    append_json_string(buf, s.tracks[i]);
+    buf += "}}";
   }
   for (const Event& e : s.events) {
     const std::string& op = s.op_types[e.op_id];

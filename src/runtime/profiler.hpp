@@ -61,6 +61,12 @@ class Profiler {
   static void set_event_limit(size_t limit);
   static size_t recorded_events();
   static size_t dropped_events();
+
+  // An interval that ran beside the threads' scopes rather than inside one (a collective in
+  // flight while the backward computes), on its own named track of the trace. steady_clock
+  // nanoseconds since its epoch. Trace only: the table's shares stay those of the threads.
+  static void record_interval(const char* op_type, std::string_view name, std::string_view track,
+                              int64_t start_ns, int64_t end_ns, double bytes);
 };
 
 class ProfileScope {

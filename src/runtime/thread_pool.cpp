@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 
 namespace nanogpt {
@@ -92,8 +93,10 @@ int ThreadPool::default_threads() {
     }
     return static_cast<int>(n);
   }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  // Ranks of one job that share this host share its cores.
+  const unsigned hw = std::thread::hardware_concurrency();
+  const int cores = hw == 0 ? 1 : static_cast<int>(hw);
+  return std::max(1, cores / Comm::ranks_on_this_host_from_env());
 }
 
 namespace {

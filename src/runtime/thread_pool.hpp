@@ -28,7 +28,8 @@ class ThreadPool {
   // exception a task threw (the remaining tasks are skipped).
   void parallel_for(size_t tasks, const std::function<void(size_t task, int worker)>& fn);
 
-  // Shared pool sized by NANOGPT_THREADS, or the number of hardware threads.
+  // Shared pool sized by NANOGPT_THREADS, or the hardware threads divided among the ranks an
+  // MPI launcher started on this host.
   static ThreadPool& global();
   static int default_threads();
   // The pool kernels run on: the global one unless a Use scope on this thread says otherwise
