@@ -305,7 +305,7 @@ TEST(GptMoe, MuonUpdatesEachExpertsMatrixOnItsOwn) {
     }
   }
   bool router_has_adam = false, router_has_muon = false;
-  for (const auto& s : opt.state_tensors()) {
+  for (const auto& s : opt.state_layout()) {
     router_has_adam |= s.name == "adam_exp_avg/blocks.1.mlp.router.weight";
     router_has_muon |= s.name == "muon_buffer/blocks.1.mlp.router.weight";
   }

@@ -39,9 +39,9 @@ Snapshot run_steps(const Config& c, Precision precision, ParameterSet params, in
   }
   Snapshot s;
   s.params.assign(params.values().begin(), params.values().end());
-  for (const auto& t : opt.state_tensors()) {
+  for (const auto& t : opt.export_state()) {
     s.state_names.push_back(t.name);
-    s.state.push_back(*t.data);
+    s.state.push_back(t.data);
   }
   return s;
 }

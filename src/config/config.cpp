@@ -66,6 +66,8 @@ const std::vector<Field>& fields() {
       {"adam_beta1", &Config::adam_beta1},
       {"adam_beta2", &Config::adam_beta2},
       {"adam_eps", &Config::adam_eps},
+      {"bucket_mb", &Config::bucket_mb},
+      {"comm_thread", &Config::comm_thread},
   };
   return f;
 }
@@ -366,6 +368,7 @@ void validate_config(const Config& c) {
     if (!(v >= 0 && v < 1)) fail(name, "must be in [0, 1)");
   }
   if (!(c.adam_eps > 0)) fail("adam_eps", "must be positive");
+  if (!(c.bucket_mb > 0)) fail("bucket_mb", "must be positive (MiB of gradients per bucket)");
 }
 
 Precision resolved_precision(const Config& c) {

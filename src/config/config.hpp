@@ -82,6 +82,13 @@ struct Config {
   double adam_beta2 = 0.95;
   double adam_eps = 1e-10;
 
+  // Data-parallel training under mpirun (nothing changes in a single process). Gradients travel
+  // in buckets of about bucket_mb MiB (the seed's 25), each sent as soon as the backward has
+  // finished it; comm_thread: a communication thread advances the transfers (true), or the
+  // backward polls them between its layers (false).
+  double bucket_mb = 25;
+  bool comm_thread = true;
+
   int64_t vocab_padded() const { return round_up(vocab_size, 128); }
   int64_t grad_accum_steps() const { return tokens_per_step / train_seq_len; }
   // Whole sequences of `seq_len` per forward/backward pass under micro_batch_tokens.

@@ -40,53 +40,65 @@ GptT<Real>::GptT(const Config& config) : config_(config), precision_(resolved_pr
   const QkvShape s = qkv_shape(config_);
   const int64_t V = config_.vocab_size, d = config_.model_dim;
   const int64_t HD = s.q_width(), KV = s.kv_width(), L = config_.num_layers;
-  params_.add("embed.weight", {V, d}, ParamGroup::kEmbedding, ParamInit::kNormal);
+  // Each tensor with the backward stage after which its gradient is final (a block's: L - i).
+  int stage = 0;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, ParamGroup group,
+                 ParamInit init, int at_stage = -1) {
+    params_.add(name, std::move(shape), group, init);
+    ready_stage_.push_back(at_stage >= 0 ? at_stage : stage);
+  };
+  // A value embedding's gradient is final after the lowest layer that reads it (0: unread).
+  auto value_embed_stage = [&](int k) {
+    for (int64_t i = 0; i < L; ++i) {
+      if (config_.has_attention(i) && config_.value_embed_index(i) == k)
+        return static_cast<int>(L - i);
+    }
+    return 0;
+  };
+  add("embed.weight", {V, d}, ParamGroup::kEmbedding, ParamInit::kNormal, L + 1);
   // Value embeddings are mixed into v, so they are as wide as v: H_kv·D (d without GQA).
   for (int k = 0; k < 3; ++k) {
-    params_.add(value_embed_name(k), {V, KV}, ParamGroup::kEmbedding, ParamInit::kNormal);
+    add(value_embed_name(k), {V, KV}, ParamGroup::kEmbedding, ParamInit::kNormal,
+        value_embed_stage(k));
   }
   for (int64_t i = 0; i < L; ++i) {
+    stage = static_cast<int>(L - i);
     if (config_.has_attention(i)) {
       // The seed's [3, H·D, d] qkv_w; with grouped-query attention q, k and v differ in height
       // and are three tensors, added one after another so they still form one [(H + 2·H_kv)·D,
       // d] matrix for a single product (and Muon orthogonalises each on its own, as it does
       // the three slices of qkv_w).
       if (s.Hkv == s.Hq) {
-        params_.add(block_name(i, "attn.qkv_w"), {3, HD, d}, ParamGroup::kMatrix,
-                    ParamInit::kUniformFanIn);
+        add(block_name(i, "attn.qkv_w"), {3, HD, d}, ParamGroup::kMatrix, ParamInit::kUniformFanIn);
       } else {
-        params_.add(block_name(i, "attn.q_w"), {HD, d}, ParamGroup::kMatrix,
-                    ParamInit::kUniformFanIn);
-        params_.add(block_name(i, "attn.k_w"), {KV, d}, ParamGroup::kMatrix,
-                    ParamInit::kUniformFanIn);
-        params_.add(block_name(i, "attn.v_w"), {KV, d}, ParamGroup::kMatrix,
-                    ParamInit::kUniformFanIn);
+        add(block_name(i, "attn.q_w"), {HD, d}, ParamGroup::kMatrix, ParamInit::kUniformFanIn);
+        add(block_name(i, "attn.k_w"), {KV, d}, ParamGroup::kMatrix, ParamInit::kUniformFanIn);
+        add(block_name(i, "attn.v_w"), {KV, d}, ParamGroup::kMatrix, ParamInit::kUniformFanIn);
       }
-      params_.add(block_name(i, "attn.lambdas"), {2}, ParamGroup::kScalar, ParamInit::kAttnLambdas);
-      params_.add(block_name(i, "attn.c_proj.weight"), {d, HD}, ParamGroup::kMatrix,
-                  ParamInit::kZero);
+      add(block_name(i, "attn.lambdas"), {2}, ParamGroup::kScalar, ParamInit::kAttnLambdas);
+      add(block_name(i, "attn.c_proj.weight"), {d, HD}, ParamGroup::kMatrix, ParamInit::kZero);
     }
     if (config_.is_moe_layer(i)) {
       // Stacked per expert, as a PyTorch MoE holds them; Muon splits the stacks into E matrices.
       // The router starts like a hidden matrix: logits of standard deviation about 0.5 on the
       // normalised input, varied enough to spread tokens, far from one-hot.
       const int64_t E = config_.num_experts, hidden = config_.moe_hidden();
-      params_.add(block_name(i, "mlp.router.weight"), {E, d}, ParamGroup::kRouter,
-                  ParamInit::kUniformFanIn);
-      params_.add(block_name(i, "mlp.experts.c_fc.weight"), {E, hidden, d}, ParamGroup::kMatrix,
-                  ParamInit::kUniformFanIn);
-      params_.add(block_name(i, "mlp.experts.c_proj.weight"), {E, d, hidden}, ParamGroup::kMatrix,
-                  ParamInit::kZero);
+      add(block_name(i, "mlp.router.weight"), {E, d}, ParamGroup::kRouter,
+          ParamInit::kUniformFanIn);
+      add(block_name(i, "mlp.experts.c_fc.weight"), {E, hidden, d}, ParamGroup::kMatrix,
+          ParamInit::kUniformFanIn);
+      add(block_name(i, "mlp.experts.c_proj.weight"), {E, d, hidden}, ParamGroup::kMatrix,
+          ParamInit::kZero);
     } else {
-      params_.add(block_name(i, "mlp.c_fc.weight"), {4 * d, d}, ParamGroup::kMatrix,
-                  ParamInit::kUniformFanIn);
-      params_.add(block_name(i, "mlp.c_proj.weight"), {d, 4 * d}, ParamGroup::kMatrix,
-                  ParamInit::kZero);
+      add(block_name(i, "mlp.c_fc.weight"), {4 * d, d}, ParamGroup::kMatrix,
+          ParamInit::kUniformFanIn);
+      add(block_name(i, "mlp.c_proj.weight"), {d, 4 * d}, ParamGroup::kMatrix, ParamInit::kZero);
     }
-    params_.add(block_name(i, "lambdas"), {2}, ParamGroup::kScalar, ParamInit::kBlockLambdas);
+    add(block_name(i, "lambdas"), {2}, ParamGroup::kScalar, ParamInit::kBlockLambdas);
   }
-  params_.add("lm_head.weight", {config_.vocab_padded(), d}, ParamGroup::kHead, ParamInit::kZero);
-  params_.add("skip_weights", {L / 2}, ParamGroup::kScalar, ParamInit::kOnes);
+  add("lm_head.weight", {config_.vocab_padded(), d}, ParamGroup::kHead, ParamInit::kZero, 0);
+  // skip_weights[i - L/2] is written by block i >= L/2: final after block L/2.
+  add("skip_weights", {L / 2}, ParamGroup::kScalar, ParamInit::kOnes, static_cast<int>(L - L / 2));
   params_.allocate();
   grads_.assign(params_.size(), 0.0f);
   w_ = bind(params_.values().data());
@@ -463,10 +475,13 @@ double GptT<Real>::forward_loss(std::span<const int32_t> inputs, std::span<const
 template <class Real>
 double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                                     std::span<const int32_t> targets, int64_t window_blocks,
-                                    float loss_scale, int64_t seq_len) {
+                                    float loss_scale, int64_t seq_len, BackwardListener* listener) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
   const Workspace::Use scratch(*workspace_);
   forward(inputs, window_blocks, seq_len);
+  auto stage_done = [&](int64_t stage) {
+    if (listener != nullptr) listener->gradients_final(static_cast<int>(stage));
+  };
   const int64_t T = T_;
   const int64_t d = config_.model_dim, HD = config_.num_heads * config_.head_dim;
   const int64_t L = config_.num_layers, n = L / 2;
@@ -477,6 +492,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       loss_params(config_, precision_, final_norm_.data(), w_.lm_head, targets.data(), T);
   p.loss_scale = loss_scale;
   const double loss_sum = model_loss_backward(p, dnorm_.data(), g_.lm_head);
+  stage_done(0);
   Real* dx = dx_.data();
   rmsnorm_rows_backward("final_norm.bwd", T, d, final_norm_.data(), rstd_final_.data(),
                         dnorm_.data(), dx, false);
@@ -564,10 +580,12 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     g.lambdas[0] += static_cast<Real>(sums[0]);
     g.lambdas[1] += static_cast<Real>(sums[1]);
     if (skip_src != nullptr) g_.skip_weights[i - n] += static_cast<Real>(sums[2]);
+    stage_done(L - i);
   }
   // The first block's input is x0 itself.
   embed_norm_backward(T, d, tokens_.data(), x0_.data(), rstd0_.data(), dx0_.data(), dx,
                       dnorm_.data(), g_.embed);
+  stage_done(L + 1);
   return loss_sum;
 }
 

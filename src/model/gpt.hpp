@@ -27,6 +27,7 @@
 
 #include "config/config.hpp"
 #include "kernels/rotary.hpp"
+#include "model/backward_listener.hpp"
 #include "model/block_ops.hpp"
 #include "model/gpt_weights.hpp"
 #include "model/kv_cache.hpp"
@@ -78,8 +79,14 @@ class GptT {
   // loss_scale·(Σ_t loss_t + T·moe_aux_loss_coef·moe_aux_loss()), the returned value the
   // language loss alone. The balancing loss is taken over the call's T tokens (a GShard group),
   // so unlike the language loss its gradient depends on how sequences are batched.
+  // `listener` (nullable) hears, stage by stage, which gradients are final.
   double forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets,
-                          int64_t window_blocks, float loss_scale, int64_t seq_len = 0);
+                          int64_t window_blocks, float loss_scale, int64_t seq_len = 0,
+                          BackwardListener* listener = nullptr);
+  // The backward's stages (backward_listener.hpp): num_layers + 2, and the stage after which
+  // each parameter's gradient is final, indexed as params().tensors().
+  int backward_stages() const { return static_cast<int>(config_.num_layers) + 2; }
+  const std::vector<int>& gradient_ready_stages() const { return ready_stage_; }
   // Forward only. per_token (nullable) receives each position's loss. Returns Σ_t loss_t.
   double forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
                       int64_t window_blocks, Real* per_token = nullptr, int64_t seq_len = 0);
@@ -153,6 +160,7 @@ class GptT {
   Config config_;
   Precision precision_;  // of the products; the float64 instantiation ignores it
   ParameterSetT<Real> params_;
+  std::vector<int> ready_stage_;  // per tensor: see gradient_ready_stages()
   AlignedVector<Real> grads_;
   GptWeights<Real> w_, g_;  // views of params_ and grads_
   RotaryTableT<Real> rotary_;

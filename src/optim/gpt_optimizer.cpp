@@ -11,14 +11,18 @@
 
 namespace nanogpt {
 
-GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Precision precision)
-    : config_(config), precision_(precision) {
+GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Precision precision,
+                           Comm& comm, std::span<const int> ready_stages)
+    : config_(config),
+      comm_(&comm),
+      rank_(comm.rank()),
+      ranks_(comm.size()),
+      precision_(precision) {
   for (const ParamTensor& t : params.tensors()) {
     Slot s;
     s.param = &t;
     switch (t.group) {
       case ParamGroup::kMatrix:
-        s.muon_buffer.assign(t.numel, 0.0f);
         s.base_lr = config.muon_lr;
         break;
       case ParamGroup::kEmbedding:
@@ -37,8 +41,9 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Pre
         break;
     }
     if (t.group != ParamGroup::kMatrix) {
-      s.exp_avg.assign(t.numel, 0.0f);
-      s.exp_avg_sq.assign(t.numel, 0.0f);
+      s.adam_slice = even_slice(static_cast<int64_t>(t.numel), ranks_, rank_);
+      s.exp_avg.assign(static_cast<size_t>(s.adam_slice.size()), 0.0f);
+      s.exp_avg_sq.assign(static_cast<size_t>(s.adam_slice.size()), 0.0f);
     }
     slots_.push_back(std::move(s));
   }
@@ -51,8 +56,13 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Pre
     const int64_t rows = t.shape[t.shape.size() - 2];
     const int64_t count = static_cast<int64_t>(t.numel) / (rows * cols);
     for (int64_t m = 0; m < count; ++m) {
-      muon_.push_back(
-          {i, m * rows * cols, rows, cols, newton_schulz_flops(rows, cols, config.muon_ns_steps)});
+      MuonMatrix mm;
+      mm.slot = i;
+      mm.offset = m * rows * cols;
+      mm.rows = rows;
+      mm.cols = cols;
+      mm.work = newton_schulz_flops(rows, cols, config.muon_ns_steps);
+      muon_.push_back(std::move(mm));
     }
   }
   // Largest first, so the small ones fill in at the end and the threads finish together.
@@ -60,6 +70,68 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Pre
   std::stable_sort(muon_.begin(), muon_.end(),
                    [](const MuonMatrix& a, const MuonMatrix& b) { return a.work > b.work; });
   for (const MuonMatrix& m : muon_) muon_work_.push_back(m.work);
+  // The k-th largest matrix belongs to rank k mod N, so each rank's share of the work is even.
+  for (size_t k = 0; k < muon_.size(); ++k) {
+    MuonMatrix& m = muon_[k];
+    m.owner = static_cast<int>(k % static_cast<size_t>(ranks_));
+    if (m.owner == rank_) m.momentum.assign(static_cast<size_t>(m.rows * m.cols), 0.0f);
+  }
+  if (ranks_ > 1) plan_shards(ready_stages);
+}
+
+void GptOptimizer::plan_shards(std::span<const int> ready_stages) {
+  if (ready_stages.size() != slots_.size()) {
+    throw Error("internal: data-parallel training needs each parameter's backward stage");
+  }
+  // Every Adam tensor's N slices, then every Muon matrix (largest first), each with its owner.
+  std::vector<ShardPiece> adam_pieces;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const ParamTensor& t = *slots_[i].param;
+    if (t.group == ParamGroup::kMatrix) continue;
+    for (int r = 0; r < ranks_; ++r) {
+      const SliceRange sl = even_slice(static_cast<int64_t>(t.numel), ranks_, r);
+      if (sl.size() == 0) continue;
+      adam_pieces.push_back({t.offset + static_cast<size_t>(sl.begin),
+                             static_cast<size_t>(sl.size()), r, static_cast<int>(i)});
+    }
+  }
+  pieces_ = adam_pieces;
+  for (const MuonMatrix& m : muon_) {
+    const ParamTensor& t = *slots_[m.slot].param;
+    pieces_.push_back({t.offset + static_cast<size_t>(m.offset),
+                       static_cast<size_t>(m.rows * m.cols), m.owner, static_cast<int>(m.slot)});
+  }
+  reducer_ = std::make_unique<GradientReducer>(pieces_, ready_stages, config_.bucket_mb, *comm_);
+
+  // The parameter gather: Adam's slices in one round, then the Muon matrices in rounds of
+  // N·threads, where threads is the most any rank has (every rank must make the same calls).
+  const auto per_rank = static_cast<size_t>(
+      comm_->max(ThreadPool::current().size(), "the largest thread count of the ranks"));
+  GatherRound adam;
+  adam.pieces = std::move(adam_pieces);
+  rounds_.push_back(std::move(adam));
+  const size_t per_round = per_rank * static_cast<size_t>(ranks_);
+  for (size_t first = 0; first < muon_.size(); first += per_round) {
+    GatherRound round;
+    for (size_t k = first; k < std::min(muon_.size(), first + per_round); ++k) {
+      const MuonMatrix& m = muon_[k];
+      round.pieces.push_back({slots_[m.slot].param->offset + static_cast<size_t>(m.offset),
+                              static_cast<size_t>(m.rows * m.cols), m.owner,
+                              static_cast<int>(m.slot)});
+      if (m.owner == rank_) round.matrices.push_back(k);
+    }
+    rounds_.push_back(std::move(round));
+  }
+  size_t all = 0, send = 0;
+  for (GatherRound& r : rounds_) {
+    r.layout = RankMajorLayout::of(r.pieces, ranks_);
+    r.all_begin = all;
+    r.send_begin = send;
+    all += r.layout.total;
+    send += static_cast<size_t>(r.layout.counts[static_cast<size_t>(rank_)]);
+  }
+  gather_all_.assign(all, 0.0f);
+  gather_send_.assign(send, 0.0f);
 }
 
 // Muon's matrices are independent and small (cpu preset: 256×256 to 1024×256): one GEMM call
@@ -83,9 +155,8 @@ size_t muon_matrices_on_whole_pool(const std::vector<double>& work, int threads)
   return n;
 }
 
-void GptOptimizer::muon_matrix(const MuonMatrix& m, ParameterSet& params,
-                               std::span<const float> grads, double mult, double momentum,
-                               NewtonSchulzWorkspace& ws) {
+void GptOptimizer::muon_matrix(MuonMatrix& m, ParameterSet& params, std::span<const float> grads,
+                               double mult, double momentum, NewtonSchulzWorkspace& ws) {
   Slot& s = slots_[m.slot];
   const ParamTensor& t = *s.param;
   const size_t off = t.offset + static_cast<size_t>(m.offset);
@@ -93,49 +164,73 @@ void GptOptimizer::muon_matrix(const MuonMatrix& m, ParameterSet& params,
   // per element. Newton–Schulz, inside, has its own scope.
   const double n = static_cast<double>(m.rows * m.cols);
   ProfileScope scope("muon", t.name, {m.rows, m.cols}, 8 * n, 28 * n);
-  muon_update(params.values().data() + off, grads.data() + off, s.muon_buffer.data() + m.offset,
-              m.rows, m.cols, s.base_lr * mult, momentum, static_cast<int>(config_.muon_ns_steps),
-              ws);
+  muon_update(params.values().data() + off, grads.data() + off, m.momentum.data(), m.rows, m.cols,
+              s.base_lr * mult, momentum, static_cast<int>(config_.muon_ns_steps), ws);
 }
 
-void GptOptimizer::step(ParameterSet& params, std::span<const float> grads, int64_t step) {
-  const double mult = lr_multiplier(step, config_.num_iterations, config_.cooldown_frac);
-  MuonConfig muon;
-  muon.momentum_start = config_.muon_momentum_start;
-  muon.momentum_end = config_.muon_momentum_end;
-  muon.momentum_warmup_steps = config_.muon_momentum_warmup;
-  const double momentum = muon_momentum(step, muon);
+BackwardListener* GptOptimizer::begin_gradient_reduction(float* grads) {
+  if (!reducer_) return nullptr;
+  reducer_->begin(grads);
+  reduction_begun_ = true;
+  return reducer_.get();
+}
+
+void GptOptimizer::adam_slices(ParameterSet& params, std::span<const float> grads, double mult) {
   AdamConfig adam;
   adam.beta1 = config_.adam_beta1;
   adam.beta2 = config_.adam_beta2;
   adam.eps = config_.adam_eps;
-  ++adam_steps_;
-  ProfileScope scope("optimizer", "optimizer.step", {step}, 0, 0);
   for (Slot& s : slots_) {
     const ParamTensor& t = *s.param;
-    if (t.group == ParamGroup::kMatrix) continue;
+    if (t.group == ParamGroup::kMatrix || s.adam_slice.size() == 0) continue;
     // Moments, denominator and update: about 13 FLOPs; p, g, m, v read and p, m, v written.
-    const double n = static_cast<double>(t.numel);
-    ProfileScope adam_scope("adam", t.name, {static_cast<int64_t>(t.numel)}, 13 * n, 28 * n);
-    adam_update(params.values().data() + t.offset, grads.data() + t.offset, s.exp_avg.data(),
-                s.exp_avg_sq.data(), static_cast<int64_t>(t.numel), s.base_lr * mult, adam,
-                adam_steps_);
+    const auto n = s.adam_slice.size();
+    const double nd = static_cast<double>(n);
+    ProfileScope adam_scope("adam", t.name, {n}, 13 * nd, 28 * nd);
+    const size_t off = t.offset + static_cast<size_t>(s.adam_slice.begin);
+    adam_update(params.values().data() + off, grads.data() + off, s.exp_avg.data(),
+                s.exp_avg_sq.data(), n, s.base_lr * mult, adam, adam_steps_);
   }
+}
 
-  ThreadPool& pool = ThreadPool::current();
-  const int threads = pool.size();
+void GptOptimizer::ensure_workers(int threads) {
   // One worker state per pool thread, kept across steps. Each workspace is sized up front for
   // every shape, so whichever matrices a worker draws, a step allocates nothing once warm.
   while (workers_.size() < static_cast<size_t>(threads)) {
     auto w = std::make_unique<MuonWorker>();
     w->ns.precision = precision_;
     for (const MuonMatrix& m : muon_) {
+      if (m.owner != rank_) continue;
       w->ns.reserve(m.rows, m.cols);
       const auto numel = static_cast<size_t>(m.rows * m.cols);
       if (w->ns.staging.size() < numel) w->ns.staging.resize(numel);
     }
     workers_.push_back(std::move(w));
   }
+}
+
+void GptOptimizer::step(ParameterSet& params, std::span<float> grads, int64_t step) {
+  const double mult = lr_multiplier(step, config_.num_iterations, config_.cooldown_frac);
+  MuonConfig muon;
+  muon.momentum_start = config_.muon_momentum_start;
+  muon.momentum_end = config_.muon_momentum_end;
+  muon.momentum_warmup_steps = config_.muon_momentum_warmup;
+  const double momentum = muon_momentum(step, muon);
+  ++adam_steps_;
+  ProfileScope scope("optimizer", "optimizer.step", {step}, 0, 0);
+  if (ranks_ > 1) {
+    step_sharded(params, grads, mult, momentum);
+  } else {
+    step_local(params, grads, mult, momentum);
+  }
+}
+
+void GptOptimizer::step_local(ParameterSet& params, std::span<const float> grads, double mult,
+                              double momentum) {
+  adam_slices(params, grads, mult);
+  ThreadPool& pool = ThreadPool::current();
+  const int threads = pool.size();
+  ensure_workers(threads);
 
   // Matrices that would straggle run first, on the whole pool; see muon_matrices_on_whole_pool.
   const size_t on_pool = muon_matrices_on_whole_pool(muon_work_, threads);
@@ -159,12 +254,76 @@ void GptOptimizer::step(ParameterSet& params, std::span<const float> grads, int6
   });
 }
 
+Comm::OpId GptOptimizer::start_gather(GatherRound& round, const ParameterSet& params) {
+  const auto mine = static_cast<size_t>(round.layout.counts[static_cast<size_t>(rank_)]);
+  float* send = gather_send_.data() + round.send_begin;
+  // This rank's pieces, packed in order: the rank-major layout's part for this rank, shifted.
+  const size_t base = round.layout.rank_begin[static_cast<size_t>(rank_)];
+  for (size_t i = 0; i < round.pieces.size(); ++i) {
+    const ShardPiece& p = round.pieces[i];
+    if (p.owner != rank_) continue;
+    const float* from = params.values().data() + p.offset;
+    std::copy(from, from + p.length, send + (round.layout.position[i] - base));
+  }
+  return comm_->start_allgather(
+      std::span<const float>(send, mine),
+      std::span<float>(gather_all_.data() + round.all_begin, round.layout.total),
+      round.layout.counts, "parameter gather " + std::to_string(&round - rounds_.data()));
+}
+
+void GptOptimizer::step_sharded(ParameterSet& params, std::span<float> grads, double mult,
+                                double momentum) {
+  if (reduction_begun_) {
+    reducer_->finish();
+    reduction_begun_ = false;
+  }
+  std::vector<Comm::OpId> gathers;
+  adam_slices(params, grads, mult);
+  gathers.push_back(start_gather(rounds_[0], params));
+
+  ThreadPool& pool = ThreadPool::current();
+  ensure_workers(pool.size());
+  for (size_t r = 1; r < rounds_.size(); ++r) {
+    GatherRound& round = rounds_[r];
+    // This rank's matrices of the round, one task each (at most one per thread of the rank
+    // with the most threads), while the previous rounds' gathers proceed.
+    ProfileScope batch_scope("optimizer", "muon.round",
+                             {static_cast<int64_t>(round.matrices.size()), pool.size()}, 0, 0);
+    pool.parallel_for(round.matrices.size(), [&](size_t task, int worker) {
+      MuonWorker& w = *workers_[static_cast<size_t>(worker)];
+      ThreadPool::Use serial(w.serial);
+      const Workspace::Use scratch(*workspace_);
+      muon_matrix(muon_[round.matrices[task]], params, grads, mult, momentum, w.ns);
+    });
+    gathers.push_back(start_gather(round, params));
+    comm_->progress();
+  }
+  {
+    ProfileScope wait("comm_wait", "parameter_gather.wait", {static_cast<int64_t>(gathers.size())},
+                      0, 0);
+    for (Comm::OpId id : gathers) comm_->wait(id);
+  }
+  for (GatherRound& round : rounds_) {
+    const float* all = gather_all_.data() + round.all_begin;
+    for (size_t i = 0; i < round.pieces.size(); ++i) {
+      const ShardPiece& p = round.pieces[i];
+      if (p.owner == rank_) continue;  // already in place
+      std::copy(all + round.layout.position[i], all + round.layout.position[i] + p.length,
+                params.values().data() + p.offset);
+    }
+  }
+}
+
 size_t GptOptimizer::state_bytes() const {
   size_t floats = 0;
-  for (const Slot& s : slots_) {
-    floats += s.muon_buffer.capacity() + s.exp_avg.capacity() + s.exp_avg_sq.capacity();
-  }
+  for (const Slot& s : slots_) floats += s.exp_avg.capacity() + s.exp_avg_sq.capacity();
+  for (const MuonMatrix& m : muon_) floats += m.momentum.capacity();
   return floats * sizeof(float);
+}
+
+size_t GptOptimizer::communication_bytes() const {
+  const size_t gather = (gather_all_.capacity() + gather_send_.capacity()) * sizeof(float);
+  return gather + (reducer_ ? reducer_->buffer_bytes() : 0);
 }
 
 size_t GptOptimizer::newton_schulz_bytes() const {
@@ -199,18 +358,91 @@ double muon_newton_schulz_flops(const Config& c) {
   return f;
 }
 
-std::vector<GptOptimizer::StateTensor> GptOptimizer::state_tensors() {
+std::vector<GptOptimizer::StateTensor> GptOptimizer::state_layout() const {
   std::vector<StateTensor> out;
-  for (Slot& s : slots_) {
+  for (const Slot& s : slots_) {
     const ParamTensor& t = *s.param;
     if (t.group == ParamGroup::kMatrix) {
-      out.push_back({"muon_buffer/" + t.name, t.shape, &s.muon_buffer});
+      out.push_back({"muon_buffer/" + t.name, t.shape, {}});
     } else {
-      out.push_back({"adam_exp_avg/" + t.name, t.shape, &s.exp_avg});
-      out.push_back({"adam_exp_avg_sq/" + t.name, t.shape, &s.exp_avg_sq});
+      out.push_back({"adam_exp_avg/" + t.name, t.shape, {}});
+      out.push_back({"adam_exp_avg_sq/" + t.name, t.shape, {}});
     }
   }
   return out;
+}
+
+std::vector<GptOptimizer::StateTensor> GptOptimizer::export_state() {
+  std::vector<StateTensor> out = state_layout();
+  // Which tensor of `out` holds each slot's state.
+  std::vector<size_t> first(slots_.size());
+  for (size_t i = 0, k = 0; i < slots_.size(); ++i) {
+    first[i] = k;
+    k += slots_[i].param->group == ParamGroup::kMatrix ? 1 : 2;
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    const ParamTensor& t = *s.param;
+    StateTensor& a = out[first[i]];
+    a.data.assign(t.numel, 0.0f);
+    if (t.group == ParamGroup::kMatrix) continue;  // filled from the matrices below
+    StateTensor& b = out[first[i] + 1];
+    b.data.assign(t.numel, 0.0f);
+    // Each rank's slice, gathered in rank order: the slices tile the tensor in that order.
+    std::vector<int> counts(static_cast<size_t>(ranks_));
+    for (int r = 0; r < ranks_; ++r) {
+      counts[static_cast<size_t>(r)] =
+          static_cast<int>(even_slice(static_cast<int64_t>(t.numel), ranks_, r).size());
+    }
+    const Comm::OpId m = comm_->start_allgather(s.exp_avg, a.data, counts, "state " + a.name);
+    const Comm::OpId v = comm_->start_allgather(s.exp_avg_sq, b.data, counts, "state " + b.name);
+    comm_->wait(m);
+    comm_->wait(v);
+  }
+  // Muon's momentum lives on each matrix's owner: broadcast it from there.
+  for (MuonMatrix& m : muon_) {
+    StateTensor& a = out[first[m.slot]];
+    float* dst = a.data.data() + m.offset;
+    const auto n = static_cast<size_t>(m.rows * m.cols);
+    if (m.owner == rank_) std::copy(m.momentum.begin(), m.momentum.end(), dst);
+    comm_->wait(comm_->start_broadcast(
+        std::span<std::byte>(reinterpret_cast<std::byte*>(dst), n * sizeof(float)), m.owner,
+        "state " + a.name));
+  }
+  return out;
+}
+
+void GptOptimizer::import_state(const std::vector<StateTensor>& state) {
+  const std::vector<StateTensor> layout = state_layout();
+  if (state.size() != layout.size()) throw Error("internal: optimizer state of the wrong size");
+  for (size_t i = 0; i < layout.size(); ++i) {
+    if (state[i].name != layout[i].name || state[i].data.size() != [&] {
+          size_t n = 1;
+          for (int64_t d : layout[i].shape) n *= static_cast<size_t>(d);
+          return n;
+        }()) {
+      throw Error("internal: optimizer state tensor " + layout[i].name + " does not match");
+    }
+  }
+  for (size_t i = 0, k = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.param->group == ParamGroup::kMatrix) {
+      for (MuonMatrix& m : muon_) {
+        if (m.slot != i || m.owner != rank_) continue;
+        const float* src = state[k].data.data() + m.offset;
+        std::copy(src, src + m.momentum.size(), m.momentum.begin());
+      }
+      k += 1;
+      continue;
+    }
+    const auto b = static_cast<size_t>(s.adam_slice.begin),
+               e = static_cast<size_t>(s.adam_slice.end);
+    std::copy(state[k].data.begin() + static_cast<std::ptrdiff_t>(b),
+              state[k].data.begin() + static_cast<std::ptrdiff_t>(e), s.exp_avg.begin());
+    std::copy(state[k + 1].data.begin() + static_cast<std::ptrdiff_t>(b),
+              state[k + 1].data.begin() + static_cast<std::ptrdiff_t>(e), s.exp_avg_sq.begin());
+    k += 2;
+  }
 }
 
 }  // namespace nanogpt

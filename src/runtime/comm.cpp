@@ -218,14 +218,17 @@ int Comm::ranks_on_this_host_from_env() {
 }
 
 Comm& Comm::world() {
-  static Comm* world = [] {
-    auto* c = new Comm();  // never destroyed: it outlives every static that might use it
-    return c;
-  }();
+  // Never destroyed: it outlives every static that might use it.
+  static Comm* world = new Comm(/*join_launcher=*/true);
   return *world;
 }
 
-Comm::Comm() {
+Comm& Comm::local() {
+  static Comm* local = new Comm(/*join_launcher=*/false);
+  return *local;
+}
+
+Comm::Comm(bool join_launcher) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   hosts_ = {host};
@@ -238,7 +241,7 @@ Comm::Comm() {
     }
     timeout_s_ = s;
   }
-  if (launched_by_mpi()) init_mpi();
+  if (join_launcher && launched_by_mpi()) init_mpi();
 }
 
 void Comm::init_mpi() {

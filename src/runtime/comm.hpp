@@ -45,6 +45,9 @@ class Comm {
 
   // The job's world: initialises MPI on first use if an MPI launcher started this process.
   static Comm& world();
+  // This process alone, whatever started it: a world of one (what single-process code and
+  // tests that compare against it run on).
+  static Comm& local();
   // Whether an MPI launcher started this process (its environment, no MPI call).
   static bool launched_by_mpi();
   // Ranks of this job on this host, from the launcher's environment before MPI starts (1
@@ -103,7 +106,7 @@ class Comm {
 
  private:
   struct Engine;
-  Comm();
+  explicit Comm(bool join_launcher);
   void init_mpi();
   OpId queue(CommOp* op);  // takes ownership
 

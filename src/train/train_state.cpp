@@ -22,8 +22,9 @@ std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt
   cc.model_metadata["format"] = "pt";
   cc.model_metadata["config"] = config_to_json(c).dump();
   cc.model_metadata["step"] = std::to_string(step);
-  for (auto& st : optimizer.state_tensors())
-    cc.optimizer.push_back({st.name, st.shape, st.data->data()});
+  // Gathered from every rank (a collective), so the file is the same for any number of ranks.
+  const std::vector<GptOptimizer::StateTensor> opt_state = optimizer.export_state();
+  for (const auto& st : opt_state) cc.optimizer.push_back({st.name, st.shape, st.data.data()});
   LoaderPosition pos = loader.position();
   nlohmann::json state = {
       {"step", step},
@@ -38,7 +39,7 @@ std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt
       {"tokenizer", tokenizer},
       {"revision", build_revision()}};
   size_t bytes = model.params().size() * sizeof(float);
-  for (auto& st : optimizer.state_tensors()) bytes += st.data->size() * sizeof(float);
+  for (const auto& st : opt_state) bytes += st.data.size() * sizeof(float);
   ProfileScope scope("checkpoint", "checkpoint.write", {step}, 0, static_cast<double>(bytes));
   return save_checkpoint(run_dir, step, cc);
 }
@@ -52,9 +53,9 @@ int64_t load_train_state(const std::string& checkpoint, Gpt& model, GptOptimizer
   }
   load_model_weights(model, checkpoint);
   SafetensorsReader opt(checkpoint + "/optimizer.safetensors");
-  for (auto& st : optimizer.state_tensors()) {
-    *st.data = opt.read_f32(st.name, st.shape);
-  }
+  std::vector<GptOptimizer::StateTensor> opt_state = optimizer.state_layout();
+  for (auto& st : opt_state) st.data = opt.read_f32(st.name, st.shape);
+  optimizer.import_state(opt_state);
   auto state = nlohmann::json::parse(opt.metadata_value("train_state"));
   optimizer.set_adam_steps(state.at("adam_steps").get<int64_t>());
   LoaderPosition pos;

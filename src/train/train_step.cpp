@@ -32,12 +32,14 @@ double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32
                       std::span<const int32_t> targets, int64_t step, int64_t window_blocks) {
   const Config& c = model.config();
   const int64_t T = c.train_seq_len;
-  if (static_cast<int64_t>(inputs.size()) != c.tokens_per_step || targets.size() != inputs.size()) {
-    throw Error("run_train_step: a batch must hold tokens_per_step (" +
-                std::to_string(c.tokens_per_step) + ") inputs and targets, got " +
+  Comm& comm = optimizer.comm();
+  const int64_t local_tokens = c.tokens_per_step / comm.size();
+  if (static_cast<int64_t>(inputs.size()) != local_tokens || targets.size() != inputs.size()) {
+    throw Error("run_train_step: a rank's batch must hold tokens_per_step / ranks (" +
+                std::to_string(local_tokens) + ") inputs and targets, got " +
                 std::to_string(inputs.size()) + " and " + std::to_string(targets.size()));
   }
-  const int64_t seqs = c.tokens_per_step / T;
+  const int64_t seqs = local_tokens / T;
   const int64_t per_pass = c.sequences_per_pass(T);
   const float loss_scale = 1.0f / static_cast<float>(c.tokens_per_step);
   model.zero_grads();
@@ -47,9 +49,14 @@ double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32
     const auto count = static_cast<size_t>(std::min(per_pass, seqs - s) * T);
     // Its self time is whatever in the model no finer scope covers.
     ProfileScope scope("forward_backward", "micro_batch", {static_cast<int64_t>(count), T}, 0, 0);
+    // The last pass finishes the gradients: its backward sends them as they become final.
+    BackwardListener* listener =
+        s + per_pass >= seqs ? optimizer.begin_gradient_reduction(model.grads().data()) : nullptr;
     loss_sum += model.forward_backward(inputs.subspan(first, count), targets.subspan(first, count),
-                                       window_blocks, loss_scale, T);
+                                       window_blocks, loss_scale, T, listener);
   }
+  // Every rank's sum, so every rank sees the same loss and stops on the same divergence.
+  loss_sum = comm.sum(loss_sum, "training loss");
   const double loss = loss_sum / static_cast<double>(c.tokens_per_step);
   if (!std::isfinite(loss)) {
     throw Error("training diverged at step " + std::to_string(step + 1) + ": loss is " +

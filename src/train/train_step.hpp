@@ -13,11 +13,13 @@
 
 namespace nanogpt {
 
-// One optimisation step, shared by `train` and `bench train`: the global batch (inputs and
-// targets of tokens_per_step tokens) is cut into sequences of train_seq_len, each runs forward
-// and backward with gradients accumulated for the mean loss, then the optimizer takes step
-// `step` (0-based) of config.num_iterations. Returns the mean loss; throws Error naming the
-// first non-finite tensor if it is not finite (the optimizer has not run then).
+// One optimisation step, shared by `train` and `bench train`: this rank's part of the global
+// batch (inputs and targets of tokens_per_step / N tokens, N the optimizer's ranks) is cut
+// into sequences of train_seq_len, each runs forward and backward with gradients accumulated
+// for the mean loss over the global batch (the last pass sends them to the other ranks as its
+// backward finishes them), then the optimizer takes step `step` (0-based) of
+// config.num_iterations. Returns the global batch's mean loss; throws Error naming the first
+// non-finite tensor if it is not finite (the optimizer has not run then).
 double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32_t> inputs,
                       std::span<const int32_t> targets, int64_t step, int64_t window_blocks);
 

@@ -1,0 +1,104 @@
+#include "optim/gradient_reducer.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/error.hpp"
+#include "runtime/profiler.hpp"
+
+namespace nanogpt {
+
+GradientReducer::GradientReducer(std::vector<ShardPiece> pieces,
+                                 std::span<const int> tensor_ready_stage, double bucket_mb,
+                                 Comm& comm)
+    : comm_(comm) {
+  auto stage_of = [&](const ShardPiece& p) {
+    return tensor_ready_stage[static_cast<size_t>(p.tensor)];
+  };
+  // In the order the backward finalises them; within a stage, later tensors first (the
+  // backward runs a block from its output down). Stable: the order is the same on every rank.
+  std::stable_sort(pieces.begin(), pieces.end(), [&](const ShardPiece& a, const ShardPiece& b) {
+    if (stage_of(a) != stage_of(b)) return stage_of(a) < stage_of(b);
+    return a.offset > b.offset;
+  });
+  const double limit_floats = bucket_mb * 1024.0 * 1024.0 / sizeof(float);
+  std::vector<ShardPiece> current;
+  double current_floats = 0;
+  auto close = [&] {
+    if (current.empty()) return;
+    Bucket b;
+    b.pieces = std::move(current);
+    current.clear();
+    current_floats = 0;
+    for (const ShardPiece& p : b.pieces) b.ready_stage = std::max(b.ready_stage, stage_of(p));
+    buckets_.push_back(std::move(b));
+  };
+  for (const ShardPiece& p : pieces) {
+    if (!current.empty() && current_floats + static_cast<double>(p.length) > limit_floats) close();
+    current.push_back(p);
+    current_floats += static_cast<double>(p.length);
+  }
+  close();
+  size_t send = 0, recv = 0;
+  for (Bucket& b : buckets_) {
+    b.layout = RankMajorLayout::of(b.pieces, comm_.size());
+    b.send_begin = send;
+    b.recv_begin = recv;
+    send += b.layout.total;
+    recv += static_cast<size_t>(b.layout.counts[static_cast<size_t>(comm_.rank())]);
+  }
+  send_.assign(send, 0.0f);
+  recv_.assign(recv, 0.0f);
+}
+
+void GradientReducer::begin(float* grads) {
+  if (next_ != 0) throw Error("internal: a gradient reduction began before the last one finished");
+  grads_ = grads;
+}
+
+void GradientReducer::start(Bucket& b) {
+  ProfileScope scope("comm", "gradient_bucket.pack", {static_cast<int64_t>(b.layout.total)}, 0,
+                     8.0 * static_cast<double>(b.layout.total));
+  float* send = send_.data() + b.send_begin;
+  b.layout.pack(b.pieces, grads_, send);
+  const auto mine = static_cast<size_t>(b.layout.counts[static_cast<size_t>(comm_.rank())]);
+  b.op = comm_.start_reduce_scatter_sum(std::span<const float>(send, b.layout.total),
+                                        std::span<float>(recv_.data() + b.recv_begin, mine),
+                                        b.layout.counts,
+                                        "gradient bucket " + std::to_string(&b - buckets_.data()));
+  b.started = true;
+}
+
+void GradientReducer::gradients_final(int stage) {
+  if (grads_ == nullptr) return;
+  while (next_ < buckets_.size() && buckets_[next_].ready_stage <= stage) start(buckets_[next_++]);
+  comm_.progress();
+}
+
+void GradientReducer::finish() {
+  if (grads_ == nullptr) throw Error("internal: a gradient reduction finished before it began");
+  while (next_ < buckets_.size()) start(buckets_[next_++]);
+  {
+    ProfileScope scope("comm_wait", "gradient_buckets.wait",
+                       {static_cast<int64_t>(buckets_.size())}, 0, 0);
+    for (Bucket& b : buckets_) comm_.wait(b.op);
+  }
+  const int rank = comm_.rank();
+  for (Bucket& b : buckets_) {
+    // This rank's pieces are packed in order at the start of its part; unpack reads them at
+    // their positions shifted from the send layout's rank_begin to the receive region.
+    const float* recv = recv_.data() + b.recv_begin;
+    const size_t base = b.layout.rank_begin[static_cast<size_t>(rank)];
+    for (size_t i = 0; i < b.pieces.size(); ++i) {
+      const ShardPiece& p = b.pieces[i];
+      if (p.owner != rank) continue;
+      const float* from = recv + (b.layout.position[i] - base);
+      std::copy(from, from + p.length, grads_ + p.offset);
+    }
+    b.started = false;
+  }
+  next_ = 0;
+  grads_ = nullptr;
+}
+
+}  // namespace nanogpt
