@@ -14,6 +14,7 @@
 #include "model/gpt.hpp"
 #include "optim/gpt_optimizer.hpp"
 #include "runtime/build_info.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
@@ -118,14 +119,15 @@ void random_batch(const Config& c, Rng& rng, std::vector<int32_t>& inputs,
 nlohmann::ordered_json memory_json(const Gpt& model, const GptOptimizer& optimizer) {
   const size_t weights = model.params().values().capacity() * sizeof(float);
   const size_t grads = model.grads().capacity() * sizeof(float);
-  const size_t counted = weights + grads + optimizer.state_bytes() +
-                         optimizer.newton_schulz_bytes() + model.activation_bytes() +
-                         model.workspace().peak_bytes() + optimizer.workspace().peak_bytes() +
-                         Workspace::process_default().peak_bytes();
+  const size_t counted =
+      weights + grads + optimizer.state_bytes() + optimizer.communication_bytes() +
+      optimizer.newton_schulz_bytes() + model.activation_bytes() + model.workspace().peak_bytes() +
+      optimizer.workspace().peak_bytes() + Workspace::process_default().peak_bytes();
   nlohmann::ordered_json m;
   m["weight_bytes"] = weights;
   m["gradient_bytes"] = grads;
-  m["optimizer_state_bytes"] = optimizer.state_bytes();
+  m["optimizer_state_bytes"] = optimizer.state_bytes();  // this rank's share
+  m["communication_bytes"] = optimizer.communication_bytes();
   m["newton_schulz_bytes"] = optimizer.newton_schulz_bytes();
   m["activation_bytes"] = model.activation_bytes();
   m["model_workspace_peak_bytes"] = model.workspace().peak_bytes();
@@ -188,11 +190,24 @@ void register_bench_train(CLI::App& bench) {
     const int64_t total_steps = a->warmup + a->steps;
     // The schedules (learning-rate cooldown, momentum warm-up) need the steps to lie in the run.
     c.num_iterations = std::max(c.num_iterations, total_steps);
-    ProfileSession profile(a->profile, /*start_now=*/false);
+    // Under mpirun: every rank draws the same global batch and trains on its slice; rank 0
+    // profiles and prints.
+    Comm& comm = Comm::world();
+    if (c.tokens_per_step % (comm.size() * c.train_seq_len) != 0) {
+      throw InputError("tokens_per_step (" + std::to_string(c.tokens_per_step) +
+                       ") must be a multiple of ranks × train_seq_len (" +
+                       std::to_string(comm.size() * c.train_seq_len) + ")");
+    }
+    comm.set_progress_mode(c.comm_thread ? CommProgress::kThread : CommProgress::kPoll);
+    ProfileSession profile(comm.is_root() ? a->profile : std::string(), /*start_now=*/false);
 
     Gpt model(c);
     model.init_parameters(static_cast<uint64_t>(c.seed));
-    GptOptimizer optimizer(model.params(), c, model.precision());
+    GptOptimizer optimizer(model.params(), c, model.precision(), comm,
+                           model.gradient_ready_stages());
+    const auto local = static_cast<size_t>(c.tokens_per_step / comm.size());
+    const size_t first = local * static_cast<size_t>(comm.rank());
+    CommStats comm_total;
     // Seeded from the config, but a stream apart from the one that initialises the weights.
     Rng rng(static_cast<uint64_t>(c.seed) ^ 0x6265'6e63'6874'7261ULL);
     std::vector<int32_t> inputs, targets;
@@ -202,13 +217,21 @@ void register_bench_train(CLI::App& bench) {
     for (int64_t step = 0; step < total_steps; ++step) {
       random_batch(c, rng, inputs, targets);
       if (step == a->warmup) profile.start();
+      comm.reset_stats();
       const auto t0 = std::chrono::steady_clock::now();
       {
         ProfileScope scope("train_step", "train_step", {c.tokens_per_step, window}, 0, 0);
-        loss = run_train_step(model, optimizer, inputs, targets, step, window);
+        loss = run_train_step(model, optimizer, std::span(inputs).subspan(first, local),
+                              std::span(targets).subspan(first, local), step, window);
       }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (step >= a->warmup) times.push_back(s);
+      if (step >= a->warmup) {
+        times.push_back(s);
+        const CommStats cs = comm.stats();
+        comm_total.busy_s += cs.busy_s;
+        comm_total.waited_s += cs.waited_s;
+        comm_total.bytes_sent += cs.bytes_sent;
+      }
     }
     const double load_after = load_average();
     profile.finish();
@@ -235,7 +258,18 @@ void register_bench_train(CLI::App& bench) {
     j["model_tflops"] = flops.model() / med / 1e12;
     j["flops"] = flops.to_json();
     j["loss"] = loss;
-    j["threads"] = ThreadPool::current().size();
+    j["threads"] = ThreadPool::current().size();  // per rank
+    j["ranks"] = comm.size();
+    if (comm.distributed()) {
+      // Rank 0's, per timed step: time its compute waited for communication (exposed), time
+      // communication ran while it computed (hidden), and the bytes it sent.
+      const auto n = static_cast<double>(times.size());
+      j["comm_thread"] = comm.progress_mode() == CommProgress::kThread;
+      j["comm_exposed_s"] = comm_total.waited_s / n;
+      j["comm_hidden_s"] = comm_total.hidden_s() / n;
+      j["comm_exposed_share"] = comm_total.waited_s / n / med;
+      j["comm_bytes_per_rank_per_step"] = comm_total.bytes_sent / n;
+    }
     // The GEMM micro-kernel the step's products run on.
     j["isa"] = model.precision() == Precision::kBf16 ? active_bf16_microkernel().isa
                                                      : active_microkernel().isa;
@@ -246,7 +280,7 @@ void register_bench_train(CLI::App& bench) {
     j["memory"] = memory_json(model, optimizer);
     j["version"] = NANOGPT_VERSION;
     j["revision"] = build_revision();
-    std::printf("%s\n", j.dump().c_str());
+    if (comm.is_root()) std::printf("%s\n", j.dump().c_str());
   });
 }
 

@@ -5,6 +5,7 @@
 #include "cli/commands.hpp"
 #include "model/model_io.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
 #include "train/attention_window.hpp"
@@ -44,9 +45,12 @@ void register_eval(CLI::App& app) {
     int64_t seq = a->seq_len > 0 ? a->seq_len : c.val_seq_len;
     int64_t tokens = a->tokens > 0 ? a->tokens : c.val_tokens;
     const int64_t window = a->window > 0 ? a->window : attention_window_at(c, c.num_iterations);
-    ProfileSession profile(a->profile);
-    EvalResult r = evaluate(*model, a->val, tokens, seq, window);
+    // Under mpirun each rank scores a slice; rank 0 profiles and prints.
+    Comm& comm = Comm::world();
+    ProfileSession profile(comm.is_root() ? a->profile : std::string());
+    EvalResult r = evaluate(*model, a->val, tokens, seq, window, comm);
     profile.finish();
+    if (!comm.is_root()) return;
     nlohmann::ordered_json j;
     j["val_loss"] = r.loss;
     j["tokens"] = r.tokens;

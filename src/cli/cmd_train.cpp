@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
 #include "train/shard_meta.hpp"
@@ -67,10 +68,12 @@ void register_train(CLI::App& app) {
     o.command_line = "nanogpt train --config " + a->config;
     for (const auto& s : a->sets) o.command_line += " --set " + s;
     o.command_line += " --train '" + a->train + "' --val '" + a->val + "' --out " + a->out;
-    ProfileSession profile(a->profile);
+    // Under mpirun, rank 0 profiles and prints; the others train in silence.
+    const bool root = Comm::world().is_root();
+    ProfileSession profile(root ? a->profile : std::string());
     TrainResult r = train(o);
     profile.finish();
-    if (r.interrupted) return;
+    if (r.interrupted || !root) return;
     if (r.steps_run == 0) {
       std::printf("nothing to do: %s is complete (val loss %.4f)\n", r.last_checkpoint.c_str(),
                   r.final_val_loss);

@@ -98,6 +98,8 @@ struct Comm::Engine {
   std::vector<CommOp*> running;
   Comm::OpId next_id = 1;
   CommStats stats;
+  int in_flight = 0;  // queued or running, not finished
+  Clock::time_point busy_since;
   std::thread thread;
   bool thread_running = false, stopping = false;
   std::string error;  // an MPI failure on the communication thread, for the waiter to throw
@@ -123,6 +125,9 @@ struct Comm::Engine {
       op->done = true;
       op->done_at = Clock::now();
       stats.in_flight_s += std::chrono::duration<double>(op->done_at - op->queued_at).count();
+      if (--in_flight == 0) {
+        stats.busy_s += std::chrono::duration<double>(op->done_at - busy_since).count();
+      }
       if (Profiler::enabled()) {
         Profiler::record_interval(
             "comm", op->what, "communication", op->queued_ns,
@@ -334,6 +339,7 @@ Comm::OpId Comm::queue(CommOp* raw) {
   const OpId id = engine_->next_id++;
   engine_->stats.operations += 1;
   engine_->stats.bytes_sent += op->bytes_sent;
+  if (engine_->in_flight++ == 0) engine_->busy_since = op->queued_at;
   engine_->to_start.push_back(op.get());
   engine_->ops.emplace(id, std::move(op));
   if (mode_ == CommProgress::kThread) engine_->work.notify_one();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/gpt.hpp"
+#include "runtime/comm.hpp"
 
 namespace nanogpt {
 
@@ -15,7 +16,9 @@ struct EvalResult {
   int64_t tokens = 0;
 };
 
+// On N ranks (comm), rank r scores its even slice of the sequences and the sums are added: the
+// same loss as one process, up to the order of a float64 sum.
 EvalResult evaluate(Gpt& model, const std::string& pattern, int64_t tokens, int64_t seq_len,
-                    int64_t window_blocks);
+                    int64_t window_blocks, Comm& comm = Comm::local());
 
 }  // namespace nanogpt

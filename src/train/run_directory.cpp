@@ -56,7 +56,9 @@ void RunDirectory::write_run_record(const RunRecord& r) const {
   run["version"] = NANOGPT_VERSION;
   run["revision"] = build_revision();
   run["cpu"] = cpu_info().model_name;
-  run["threads"] = ThreadPool::current().size();
+  run["threads"] = ThreadPool::current().size();  // per rank
+  run["world_size"] = r.hosts.size();
+  run["hosts"] = r.hosts;
   // What `precision: auto` and the ISA dispatch chose here: a resume elsewhere may differ.
   run["precision"] = precision_name(r.precision);
   run["gemm_kernel"] =

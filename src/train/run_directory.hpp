@@ -23,6 +23,8 @@ struct RunRecord {
   std::vector<std::string> train_files;
   nlohmann::json tokenizer;  // the shards' (null if unknown)
   int64_t resumed_from_step = 0;
+  // The job: its ranks' hosts, by rank (one entry in a single process).
+  std::vector<std::string> hosts;
 };
 
 class RunDirectory {

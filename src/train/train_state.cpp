@@ -1,6 +1,7 @@
 #include "train/train_state.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include "model/model_io.hpp"
@@ -40,6 +41,9 @@ std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt
       {"revision", build_revision()}};
   size_t bytes = model.params().size() * sizeof(float);
   for (const auto& st : opt_state) bytes += st.data.size() * sizeof(float);
+  if (!optimizer.comm().is_root()) {
+    return (std::filesystem::path(run_dir) / "checkpoints" / checkpoint_dir_name(step)).string();
+  }
   ProfileScope scope("checkpoint", "checkpoint.write", {step}, 0, static_cast<double>(bytes));
   return save_checkpoint(run_dir, step, cc);
 }

@@ -16,7 +16,8 @@
 namespace nanogpt {
 
 // Writes RUN_DIR/checkpoints/step_NNNNNN (complete or not at all) after `step` steps; returns
-// its path. val_loss NaN: not evaluated at this step.
+// its path. val_loss NaN: not evaluated at this step. Data-parallel, every rank calls it (the
+// optimizer's state is gathered from all) and rank 0 alone writes.
 std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt& model,
                              GptOptimizer& optimizer, const TokenLoader& loader, double train_loss,
                              double val_loss, const nlohmann::json& tokenizer);

@@ -14,10 +14,13 @@
 #include "optim/gpt_optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
+#include "runtime/thread_pool.hpp"
 #include "train/attention_window.hpp"
 #include "train/evaluate.hpp"
+#include "train/rank_agreement.hpp"
 #include "train/run_directory.hpp"
 #include "train/shard_meta.hpp"
 #include "train/train_state.hpp"
@@ -76,13 +79,26 @@ bool stop_requested() {
 TrainResult train(const TrainOptions& options) {
   const Config& c = options.config;
   validate_config(c);
+  // Under mpirun the ranks train one model on slices of each global batch; rank 0 alone
+  // prints and writes (run.json, metrics.jsonl, checkpoints).
+  Comm& comm = Comm::world();
+  const bool root = comm.is_root();
+  if (c.tokens_per_step % (comm.size() * c.train_seq_len) != 0) {
+    throw InputError("tokens_per_step (" + std::to_string(c.tokens_per_step) +
+                     ") must split into whole " + "sequences of train_seq_len (" +
+                     std::to_string(c.train_seq_len) + ") on each of the " +
+                     std::to_string(comm.size()) + " ranks; set tokens_per_step to a multiple of " +
+                     std::to_string(comm.size() * c.train_seq_len) +
+                     " or run on a number of ranks that divides " +
+                     std::to_string(c.tokens_per_step / c.train_seq_len) + " sequences");
+  }
+  comm.set_progress_mode(c.comm_thread ? CommProgress::kThread : CommProgress::kPoll);
   g_stop.store(false);
   SignalScope signals;
   const RunDirectory run(options.run_dir);
 
   Gpt model(c);
   model.init_parameters(static_cast<uint64_t>(c.seed));
-  GptOptimizer optimizer(model.params(), c, model.precision());
 
   LoaderOptions lo;
   lo.pattern = options.train_pattern;
@@ -92,6 +108,8 @@ TrainResult train(const TrainOptions& options) {
   lo.seq_len = static_cast<uint64_t>(c.train_seq_len);
   lo.eot_id = static_cast<uint32_t>(c.eot_id);
   lo.vocab_size = static_cast<uint32_t>(c.vocab_size);
+  lo.rank = comm.rank();
+  lo.world_size = comm.size();
   TokenLoader loader(lo);
   {
     // Fail on missing or bad validation data now, not after the first hundred steps.
@@ -101,6 +119,19 @@ TrainResult train(const TrainOptions& options) {
     vo.vocab_size = static_cast<uint32_t>(c.vocab_size);
     TokenLoader check(vo);
   }
+  {
+    std::string data;
+    for (const std::string& f : loader.files()) data += f + "\n";
+    check_ranks_agree(comm, {{"the nanogpt binary", executable_digest()},
+                             {"the configuration", config_to_json(c).dump()},
+                             {"the resolved precision", precision_name(model.precision())},
+                             {"the training shards", data},
+                             {"the validation pattern", options.val_pattern},
+                             {"the run directory", options.run_dir},
+                             {"--resume", options.resume ? "yes" : "no"},
+                             {"--max-steps", std::to_string(options.max_steps)}});
+  }
+  GptOptimizer optimizer(model.params(), c, model.precision(), comm, model.gradient_ready_stages());
 
   int64_t start_step = 0;
   if (options.resume) {
@@ -109,21 +140,27 @@ TrainResult train(const TrainOptions& options) {
       throw InputError("--resume: no complete checkpoint under '" + options.run_dir +
                        "/checkpoints'; start without --resume");
     }
+    // Every rank reads the same checkpoint (RUN_DIR on a filesystem they share).
+    check_ranks_agree(comm, {{"the checkpoint to resume", ckpt}});
     start_step = load_train_state(ckpt, model, optimizer, loader);
-    run.truncate_metrics(start_step);
+    if (root) run.truncate_metrics(start_step);
     if (start_step >= c.num_iterations) {
-      std::fprintf(stderr, "run '%s' is already complete (step %lld of %lld)\n",
-                   options.run_dir.c_str(), static_cast<long long>(start_step),
-                   static_cast<long long>(c.num_iterations));
+      if (root) {
+        std::fprintf(stderr, "run '%s' is already complete (step %lld of %lld)\n",
+                     options.run_dir.c_str(), static_cast<long long>(start_step),
+                     static_cast<long long>(c.num_iterations));
+      }
       TrainResult done;
       done.final_step = start_step;
       done.final_val_loss = checkpoint_val_loss(ckpt);
       done.last_checkpoint = ckpt;
       return done;
     }
-    std::fprintf(stderr, "resuming from %s (step %lld)\n", ckpt.c_str(),
-                 static_cast<long long>(start_step));
-  } else {
+    if (root) {
+      std::fprintf(stderr, "resuming from %s (step %lld)\n", ckpt.c_str(),
+                   static_cast<long long>(start_step));
+    }
+  } else if (root) {
     run.start_metrics();
   }
 
@@ -139,10 +176,18 @@ TrainResult train(const TrainOptions& options) {
   record.train_files = loader.files();
   record.tokenizer = tokenizer;
   record.resumed_from_step = start_step;
-  run.write_run_record(record);
+  record.hosts = comm.hosts();
+  if (root) run.write_run_record(record);
+  if (root && comm.distributed()) {
+    std::fprintf(stderr, "training on %d ranks (%d threads each; %s)\n", comm.size(),
+                 ThreadPool::current().size(),
+                 comm.progress_mode() == CommProgress::kThread
+                     ? "a communication thread per rank"
+                     : "communication polled by the backward");
+  }
 
   const int64_t N = c.num_iterations;
-  const bool live = options.live_line && ::isatty(STDERR_FILENO) == 1;
+  const bool live = root && options.live_line && ::isatty(STDERR_FILENO) == 1;
   TrainResult result;
   result.final_val_loss = std::numeric_limits<double>::quiet_NaN();
   std::vector<int32_t> inputs, targets;
@@ -155,6 +200,7 @@ TrainResult train(const TrainOptions& options) {
   while (step < N) {
     const int64_t W = attention_window_at(c, step);
     auto t0 = std::chrono::steady_clock::now();
+    comm.reset_stats();
     {
       ProfileScope scope("train_step", "train_step", {c.tokens_per_step, W}, 0, 0);
       {
@@ -181,12 +227,19 @@ TrainResult train(const TrainOptions& options) {
     m["window_blocks"] = W;
     m["step_s"] = step_s;
     m["tokens_per_s"] = static_cast<double>(c.tokens_per_step) / step_s;
+    if (comm.distributed()) {
+      // Rank 0's: time its compute waited for communication, and what was in flight meanwhile.
+      const CommStats cs = comm.stats();
+      m["comm_exposed_s"] = cs.waited_s;
+      m["comm_hidden_s"] = cs.hidden_s();
+      m["comm_bytes_sent"] = cs.bytes_sent;
+    }
     const bool last = step == N;
     if (last || (c.val_loss_every > 0 && step % c.val_loss_every == 0)) {
-      last_val = evaluate(model, options.val_pattern, c.val_tokens, c.val_seq_len, W).loss;
+      last_val = evaluate(model, options.val_pattern, c.val_tokens, c.val_seq_len, W, comm).loss;
       m["val_loss"] = last_val;
     }
-    run.append_metrics(m);
+    if (root) run.append_metrics(m);
     if (live) {
       const double tps = static_cast<double>(trained_tokens) / train_seconds;
       const double eta =
@@ -197,16 +250,19 @@ TrainResult train(const TrainOptions& options) {
                    tps, format_duration(eta).c_str());
       std::fflush(stderr);
     }
-    const bool stopping =
-        stop_requested() || (options.max_steps > 0 && result.steps_run >= options.max_steps);
+    // The ranks stop after the same step: a signal may reach them at different moments.
+    const bool stopping = comm.max(stop_requested() ? 1 : 0, "stop request") != 0 ||
+                          (options.max_steps > 0 && result.steps_run >= options.max_steps);
     if (last || stopping || (c.checkpoint_every > 0 && step % c.checkpoint_every == 0)) {
       result.last_checkpoint = save_train_state(options.run_dir, step, model, optimizer, loader,
                                                 train_loss, last_val, tokenizer);
     }
     if (stopping && !last) {
       if (live) std::fputc('\n', stderr);
-      std::fprintf(stderr, "stopped: finished step %lld and saved %s; continue with --resume\n",
-                   static_cast<long long>(step), result.last_checkpoint.c_str());
+      if (root) {
+        std::fprintf(stderr, "stopped: finished step %lld and saved %s; continue with --resume\n",
+                     static_cast<long long>(step), result.last_checkpoint.c_str());
+      }
       result.interrupted = true;
       break;
     }
