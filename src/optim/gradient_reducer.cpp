@@ -11,7 +11,21 @@ namespace nanogpt {
 GradientReducer::GradientReducer(std::vector<ShardPiece> pieces,
                                  std::span<const int> tensor_ready_stage, double bucket_mb,
                                  Comm& comm)
-    : comm_(comm) {
+    : comm_(comm),
+      buckets_(plan(std::move(pieces), tensor_ready_stage, bucket_mb, comm.size(), comm.rank())) {
+  size_t send = 0, recv = 0;
+  for (const Bucket& b : buckets_) {
+    send += b.layout.total;
+    recv += static_cast<size_t>(b.layout.counts[static_cast<size_t>(comm_.rank())]);
+  }
+  send_.assign(send, 0.0f);
+  recv_.assign(recv, 0.0f);
+}
+
+std::vector<GradientReducer::Bucket> GradientReducer::plan(std::vector<ShardPiece> pieces,
+                                                           std::span<const int> tensor_ready_stage,
+                                                           double bucket_mb, int ranks, int rank) {
+  std::vector<Bucket> buckets;
   auto stage_of = [&](const ShardPiece& p) {
     return tensor_ready_stage[static_cast<size_t>(p.tensor)];
   };
@@ -31,7 +45,7 @@ GradientReducer::GradientReducer(std::vector<ShardPiece> pieces,
     current.clear();
     current_floats = 0;
     for (const ShardPiece& p : b.pieces) b.ready_stage = std::max(b.ready_stage, stage_of(p));
-    buckets_.push_back(std::move(b));
+    buckets.push_back(std::move(b));
   };
   for (const ShardPiece& p : pieces) {
     if (!current.empty() && current_floats + static_cast<double>(p.length) > limit_floats) close();
@@ -40,15 +54,14 @@ GradientReducer::GradientReducer(std::vector<ShardPiece> pieces,
   }
   close();
   size_t send = 0, recv = 0;
-  for (Bucket& b : buckets_) {
-    b.layout = RankMajorLayout::of(b.pieces, comm_.size());
+  for (Bucket& b : buckets) {
+    b.layout = RankMajorLayout::of(b.pieces, ranks);
     b.send_begin = send;
     b.recv_begin = recv;
     send += b.layout.total;
-    recv += static_cast<size_t>(b.layout.counts[static_cast<size_t>(comm_.rank())]);
+    recv += static_cast<size_t>(b.layout.counts[static_cast<size_t>(rank)]);
   }
-  send_.assign(send, 0.0f);
-  recv_.assign(recv, 0.0f);
+  return buckets;
 }
 
 void GradientReducer::begin(float* grads) {

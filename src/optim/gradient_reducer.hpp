@@ -36,6 +36,14 @@ class GradientReducer final : public BackwardListener {
   GradientReducer(std::vector<ShardPiece> pieces, std::span<const int> tensor_ready_stage,
                   double bucket_mb, Comm& comm);
 
+  // The buckets every rank of `ranks` forms (the same on all): the pieces in the order the
+  // backward finalises them (by ready stage; within one, later in the buffer first), cut into
+  // runs of at most bucket_mb MiB (a piece larger than that is a bucket alone), each laid out
+  // rank-major, with its send and receive regions for rank `rank`.
+  static std::vector<Bucket> plan(std::vector<ShardPiece> pieces,
+                                  std::span<const int> tensor_ready_stage, double bucket_mb,
+                                  int ranks, int rank);
+
   // The backward that finishes the step's gradients (its last micro-batch) is about to run and
   // will accumulate into `grads`.
   void begin(float* grads);
