@@ -77,6 +77,21 @@ TEST(RankMajorLayout, IsABijectionWithEachRanksPiecesContiguousInOrder) {
       for (size_t k = 0; k < p.length; ++k) covered[p.offset + k] = true;
     }
     for (size_t i = 0; i < n; ++i) EXPECT_EQ(back[i], covered[i] ? flat[i] : 0.5f) << i;
+    // A rank's part alone is its slice of the whole packing, and unpacks to its pieces only.
+    for (int r = 0; r < ranks; ++r) {
+      const auto ru = static_cast<size_t>(r);
+      std::vector<float> part(static_cast<size_t>(l.counts[ru]));
+      l.pack_part(pieces, flat.data(), part.data(), r);
+      EXPECT_TRUE(std::equal(part.begin(), part.end(),
+                             packed.begin() + static_cast<long>(l.rank_begin[ru])));
+      std::vector<float> only(n, 0.5f);
+      l.unpack_part(pieces, part.data(), only.data(), r);
+      for (const ShardPiece& p : pieces) {
+        for (size_t k = 0; k < p.length; ++k) {
+          EXPECT_EQ(only[p.offset + k], p.owner == r ? flat[p.offset + k] : 0.5f);
+        }
+      }
+    }
     // Packing one owner writes only its part.
     std::vector<float> one(l.total, -1.0f);
     l.pack(pieces, flat.data(), one.data(), ranks - 1);

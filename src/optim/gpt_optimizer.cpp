@@ -122,14 +122,7 @@ void GptOptimizer::plan_shards(std::span<const int> ready_stages) {
     }
     rounds_.push_back(std::move(round));
   }
-  size_t all = 0, send = 0;
-  for (GatherRound& r : rounds_) {
-    r.layout = RankMajorLayout::of(r.pieces, ranks_);
-    r.all_begin = all;
-    r.send_begin = send;
-    all += r.layout.total;
-    send += static_cast<size_t>(r.layout.counts[static_cast<size_t>(rank_)]);
-  }
+  const auto [all, send] = lay_out_groups(rounds_, ranks_, rank_);
   gather_all_.assign(all, 0.0f);
   gather_send_.assign(send, 0.0f);
 }
@@ -256,15 +249,8 @@ void GptOptimizer::step_local(ParameterSet& params, std::span<const float> grads
 
 Comm::OpId GptOptimizer::start_gather(GatherRound& round, const ParameterSet& params) {
   const auto mine = static_cast<size_t>(round.layout.counts[static_cast<size_t>(rank_)]);
-  float* send = gather_send_.data() + round.send_begin;
-  // This rank's pieces, packed in order: the rank-major layout's part for this rank, shifted.
-  const size_t base = round.layout.rank_begin[static_cast<size_t>(rank_)];
-  for (size_t i = 0; i < round.pieces.size(); ++i) {
-    const ShardPiece& p = round.pieces[i];
-    if (p.owner != rank_) continue;
-    const float* from = params.values().data() + p.offset;
-    std::copy(from, from + p.length, send + (round.layout.position[i] - base));
-  }
+  float* send = gather_send_.data() + round.mine_begin;
+  round.layout.pack_part(round.pieces, params.values().data(), send, rank_);
   return comm_->start_allgather(
       std::span<const float>(send, mine),
       std::span<float>(gather_all_.data() + round.all_begin, round.layout.total),
@@ -303,14 +289,9 @@ void GptOptimizer::step_sharded(ParameterSet& params, std::span<float> grads, do
                       0, 0);
     for (Comm::OpId id : gathers) comm_->wait(id);
   }
+  // Every rank's pieces into place (this rank's are there already and come back unchanged).
   for (GatherRound& round : rounds_) {
-    const float* all = gather_all_.data() + round.all_begin;
-    for (size_t i = 0; i < round.pieces.size(); ++i) {
-      const ShardPiece& p = round.pieces[i];
-      if (p.owner == rank_) continue;  // already in place
-      std::copy(all + round.layout.position[i], all + round.layout.position[i] + p.length,
-                params.values().data() + p.offset);
-    }
+    round.layout.unpack(round.pieces, gather_all_.data() + round.all_begin, params.values().data());
   }
 }
 

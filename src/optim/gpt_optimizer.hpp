@@ -105,7 +105,7 @@ class GptOptimizer {
   struct GatherRound {
     std::vector<ShardPiece> pieces;
     RankMajorLayout layout;
-    size_t all_begin = 0, send_begin = 0;
+    size_t all_begin = 0, mine_begin = 0;
     std::vector<size_t> matrices;  // Muon rounds: this rank's matrices (indices into muon_)
   };
   // What one pool worker needs to run matrices as single-threaded tasks: a 1-thread pool

@@ -13,11 +13,7 @@ GradientReducer::GradientReducer(std::vector<ShardPiece> pieces,
                                  Comm& comm)
     : comm_(comm),
       buckets_(plan(std::move(pieces), tensor_ready_stage, bucket_mb, comm.size(), comm.rank())) {
-  size_t send = 0, recv = 0;
-  for (const Bucket& b : buckets_) {
-    send += b.layout.total;
-    recv += static_cast<size_t>(b.layout.counts[static_cast<size_t>(comm_.rank())]);
-  }
+  const auto [send, recv] = lay_out_groups(buckets_, comm_.size(), comm_.rank());
   send_.assign(send, 0.0f);
   recv_.assign(recv, 0.0f);
 }
@@ -53,14 +49,7 @@ std::vector<GradientReducer::Bucket> GradientReducer::plan(std::vector<ShardPiec
     current_floats += static_cast<double>(p.length);
   }
   close();
-  size_t send = 0, recv = 0;
-  for (Bucket& b : buckets) {
-    b.layout = RankMajorLayout::of(b.pieces, ranks);
-    b.send_begin = send;
-    b.recv_begin = recv;
-    send += b.layout.total;
-    recv += static_cast<size_t>(b.layout.counts[static_cast<size_t>(rank)]);
-  }
+  lay_out_groups(buckets, ranks, rank);
   return buckets;
 }
 
@@ -72,11 +61,11 @@ void GradientReducer::begin(float* grads) {
 void GradientReducer::start(Bucket& b) {
   ProfileScope scope("comm", "gradient_bucket.pack", {static_cast<int64_t>(b.layout.total)}, 0,
                      8.0 * static_cast<double>(b.layout.total));
-  float* send = send_.data() + b.send_begin;
+  float* send = send_.data() + b.all_begin;
   b.layout.pack(b.pieces, grads_, send);
   const auto mine = static_cast<size_t>(b.layout.counts[static_cast<size_t>(comm_.rank())]);
   b.op = comm_.start_reduce_scatter_sum(std::span<const float>(send, b.layout.total),
-                                        std::span<float>(recv_.data() + b.recv_begin, mine),
+                                        std::span<float>(recv_.data() + b.mine_begin, mine),
                                         b.layout.counts,
                                         "gradient bucket " + std::to_string(&b - buckets_.data()));
   b.started = true;
@@ -96,18 +85,8 @@ void GradientReducer::finish() {
                        {static_cast<int64_t>(buckets_.size())}, 0, 0);
     for (Bucket& b : buckets_) comm_.wait(b.op);
   }
-  const int rank = comm_.rank();
   for (Bucket& b : buckets_) {
-    // This rank's pieces are packed in order at the start of its part; unpack reads them at
-    // their positions shifted from the send layout's rank_begin to the receive region.
-    const float* recv = recv_.data() + b.recv_begin;
-    const size_t base = b.layout.rank_begin[static_cast<size_t>(rank)];
-    for (size_t i = 0; i < b.pieces.size(); ++i) {
-      const ShardPiece& p = b.pieces[i];
-      if (p.owner != rank) continue;
-      const float* from = recv + (b.layout.position[i] - base);
-      std::copy(from, from + p.length, grads_ + p.offset);
-    }
+    b.layout.unpack_part(b.pieces, recv_.data() + b.mine_begin, grads_, comm_.rank());
     b.started = false;
   }
   next_ = 0;

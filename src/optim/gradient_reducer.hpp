@@ -25,8 +25,8 @@ class GradientReducer final : public BackwardListener {
     std::vector<ShardPiece> pieces;
     RankMajorLayout layout;
     int ready_stage = 0;    // the backward stage after which all its pieces are final
-    size_t send_begin = 0;  // its region of the send buffer (layout.total floats)
-    size_t recv_begin = 0;  // and of the receive buffer (this rank's count)
+    size_t all_begin = 0;   // its region of the send buffer (layout.total floats)
+    size_t mine_begin = 0;  // and of the receive buffer (this rank's count)
     Comm::OpId op = 0;
     bool started = false;
   };

@@ -56,4 +56,25 @@ void RankMajorLayout::unpack(std::span<const ShardPiece> pieces, const float* pa
   }
 }
 
+void RankMajorLayout::pack_part(std::span<const ShardPiece> pieces, const float* flat, float* part,
+                                int rank) const {
+  const size_t base = rank_begin[static_cast<size_t>(rank)];
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ShardPiece& p = pieces[i];
+    if (p.owner != rank) continue;
+    std::copy(flat + p.offset, flat + p.offset + p.length, part + (position[i] - base));
+  }
+}
+
+void RankMajorLayout::unpack_part(std::span<const ShardPiece> pieces, const float* part,
+                                  float* flat, int rank) const {
+  const size_t base = rank_begin[static_cast<size_t>(rank)];
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ShardPiece& p = pieces[i];
+    if (p.owner != rank) continue;
+    const float* from = part + (position[i] - base);
+    std::copy(from, from + p.length, flat + p.offset);
+  }
+}
+
 }  // namespace nanogpt

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace nanogpt {
@@ -38,6 +39,29 @@ struct RankMajorLayout {
   // The reverse: flat[pieces[i].offset ...] = packed[position[i] ...].
   void unpack(std::span<const ShardPiece> pieces, const float* packed, float* flat,
               int owner = -1) const;
+  // Rank `rank`'s part alone (counts[rank] floats, what it sends to an all-gather or receives
+  // from a reduce-scatter): its pieces from `flat` into `part`, and back.
+  void pack_part(std::span<const ShardPiece> pieces, const float* flat, float* part,
+                 int rank) const;
+  void unpack_part(std::span<const ShardPiece> pieces, const float* part, float* flat,
+                   int rank) const;
 };
+
+// Lays out groups of pieces (gradient buckets, parameter-gather rounds; each with `pieces`,
+// `layout`, `all_begin` and `mine_begin`) one after another: each group's rank-major layout,
+// its region in a buffer of every rank's parts (all_begin) and in one of this rank's part
+// alone (mine_begin). Returns the two buffers' sizes.
+template <class Group>
+std::pair<size_t, size_t> lay_out_groups(std::vector<Group>& groups, int ranks, int rank) {
+  size_t all = 0, mine = 0;
+  for (Group& g : groups) {
+    g.layout = RankMajorLayout::of(g.pieces, ranks);
+    g.all_begin = all;
+    g.mine_begin = mine;
+    all += g.layout.total;
+    mine += static_cast<size_t>(g.layout.counts[static_cast<size_t>(rank)]);
+  }
+  return {all, mine};
+}
 
 }  // namespace nanogpt
