@@ -218,6 +218,7 @@ void register_attack(CLI::App& board) {
     std::vector<std::string> mechanisms{"kaggle", "ladder", "ladder-free", "subsample"};
     std::vector<int64_t> bound_rows{500, 1000, 2000, 4000, 8000, 16000, 32000};
     std::string svg, json;
+    bool no_bound = false;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--rows", a->rows, "Holdout rows n")
@@ -251,11 +252,11 @@ void register_attack(CLI::App& board) {
   cmd->add_option("--bound-seeds", a->bound_seeds, "Seeds per holdout size of --bound-rows")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  auto* no_bound = cmd->add_flag("--no-bound", "Skip the leaderboard error against n");
+  cmd->add_flag("--no-bound", a->no_bound, "Skip the leaderboard error against n");
   cmd->add_option("--svg", a->svg, "Write the plot here (SVG)");
   cmd->add_option("--json", a->json, "Write the table and the settings here (JSON)");
-  cmd->callback([a, no_bound] {
-    if (no_bound->count() > 0) a->bound_rows.clear();
+  cmd->callback([a] {
+    if (a->no_bound) a->bound_rows.clear();
     BoostingAttackOptions o;
     o.rows = a->rows;
     for (int64_t k = a->k_step; k <= a->max_k; k += a->k_step) o.ks.push_back(k);
