@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -59,7 +60,7 @@ void register_init(CLI::App& board) {
     std::string holdout, mechanism, loss = "zero-one", state;
     double eta = 0.01;
     int64_t votes = 1000;
-    uint64_t seed = 0;
+    int64_t seed = 0;  // int64_t: CLI11 would wrap a negative value into a uint64_t
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--holdout", a->holdout, "Labels file: one class id (0, 1, ...) per line")
@@ -79,7 +80,8 @@ void register_init(CLI::App& board) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   auto* seed = cmd->add_option("--seed", a->seed,
                                "subsample: seed of the votes (default: from the OS, kept in the "
-                               "state and never shown)");
+                               "state and never shown)")
+                   ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--state", a->state, "The leaderboard's state file to create (JSON)")->required();
   cmd->callback([a, seed] {
     if (file_exists(a->state)) {
@@ -92,7 +94,7 @@ void register_init(CLI::App& board) {
     p.eta = a->eta;
     p.votes = a->votes;
     if (seed->count() > 0) {
-      p.seed = a->seed;
+      p.seed = static_cast<uint64_t>(a->seed);
     } else {
       std::random_device entropy;
       p.seed = (uint64_t{entropy()} << 32) ^ entropy();
@@ -212,7 +214,7 @@ void register_attack(CLI::App& board) {
       "majority vote's holdout and fresh-data loss per k");
   struct Args {
     int64_t rows = 4000, max_k = 400, k_step = 10, seeds = 100, bound_seeds = 20;
-    uint64_t first_seed = 1;
+    int64_t first_seed = 1;  // signed, so a negative value is refused rather than wrapped
     double eta = 0.01;
     int64_t votes = 1000;
     std::vector<std::string> mechanisms{"kaggle", "ladder", "ladder-free", "subsample"};
@@ -234,7 +236,8 @@ void register_attack(CLI::App& board) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--first-seed", a->first_seed, "Seeds are first-seed, first-seed + 1, ...")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--eta", a->eta, "The ladder's step")
       ->capture_default_str()
       ->check(finite_in_range(1e-9, 1.0));
@@ -262,7 +265,7 @@ void register_attack(CLI::App& board) {
     for (int64_t k = a->k_step; k <= a->max_k; k += a->k_step) o.ks.push_back(k);
     if (o.ks.empty() || o.ks.back() != a->max_k) o.ks.push_back(a->max_k);
     o.seeds = a->seeds;
-    o.first_seed = a->first_seed;
+    o.first_seed = static_cast<uint64_t>(a->first_seed);
     for (MechanismKind kind : parse_mechanism_list(a->mechanisms)) {
       MechanismParams p;
       p.kind = kind;

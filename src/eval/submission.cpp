@@ -22,9 +22,8 @@ LossKind parse_loss_kind(std::string_view name) {
 
 void check_loss_fits_holdout(LossKind kind, const Holdout& holdout) {
   if (kind == LossKind::kBrier && holdout.num_classes > 2) {
-    throw InputError("the brier loss scores binary holdouts, but '" + holdout.path + "' has " +
-                     std::to_string(holdout.num_classes) +
-                     " classes; use --loss zero-one, or relabel it as 0/1");
+    throw InputError("the brier loss scores binary holdouts, but '" + holdout.path +
+                     "' has labels other than 0 and 1; use --loss zero-one, or relabel it as 0/1");
   }
 }
 
