@@ -126,7 +126,7 @@ std::string boosting_attack_svg(const std::vector<BoostingAttackPoint>& by_k, in
     }
   }
   std::string s =
-      "<svg xmlns='http://www.w3.org/2000/svg' width='1100' height='470' "
+      "<svg xmlns='http://www.w3.org/2000/svg' width='1100' height='480' "
       "font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
 
   // Left: loss against k.
@@ -150,13 +150,13 @@ std::string boosting_attack_svg(const std::vector<BoostingAttackPoint>& by_k, in
     polyline(s, left, holdout, color_of(kind), false, true);
     polyline(s, left, fresh, color_of(kind), true, false);
   }
-  double ly = 400;
+  double ly = 428;  // below the axis labels
   for (size_t i = 0; i < kinds.size(); ++i) {
     legend_entry(s, 80 + 110 * static_cast<double>(i), ly, color_of(kinds[i]), false,
                  std::string(mechanism_name(kinds[i])));
   }
-  legend_entry(s, 80, ly + 20, "#444", false, "holdout (public) loss");
-  legend_entry(s, 280, ly + 20, "#444", true, "fresh-data loss");
+  legend_entry(s, 80, ly + 22, "#444", false, "holdout (public) loss");
+  legend_entry(s, 280, ly + 22, "#444", true, "fresh-data loss");
 
   // Right: leaderboard error against n, with the bound.
   if (!by_rows.empty()) {
