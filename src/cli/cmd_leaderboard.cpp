@@ -124,6 +124,7 @@ void register_submit(CLI::App& board) {
       ->required();
   cmd->add_option("--name", a->name, "A name for the submission (default: the file's name)");
   cmd->callback([a] {
+    const LeaderboardLock lock(a->state);  // concurrent submits take turns
     LeaderboardState state = load_leaderboard_state(a->state);
     const Holdout h = load_board_holdout(state, a->state);
     const std::string name =

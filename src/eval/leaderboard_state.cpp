@@ -1,5 +1,10 @@
 #include "eval/leaderboard_state.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -232,6 +237,24 @@ Holdout load_board_holdout(const LeaderboardState& state, const std::string& sta
   }
   return h;
 }
+
+LeaderboardLock::LeaderboardLock(const std::string& state_path) {
+  std::filesystem::path dir = std::filesystem::path(state_path).parent_path();
+  if (dir.empty()) dir = ".";
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) throw SystemError("cannot open the directory of", state_path, errno);
+  while (::flock(fd_, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      const int err = errno;
+      ::close(fd_);
+      throw SystemError("cannot lock the directory of", state_path, err);
+    }
+  }
+}
+
+LeaderboardLock::~LeaderboardLock() {
+  ::close(fd_);
+}  // closing releases the lock
 
 const SubmissionRecord& submit_to_leaderboard(LeaderboardState& state, const Holdout& holdout,
                                               const std::string& predictions_path,

@@ -55,6 +55,20 @@ void save_leaderboard_state(const LeaderboardState& state, const std::string& pa
 // Loads the board's holdout and checks it is the one the board was created on (same sha256).
 Holdout load_board_holdout(const LeaderboardState& state, const std::string& state_path);
 
+// Holds an exclusive flock on the directory of a state file while it lives, so two `submit`s on
+// one board run one after the other instead of one overwriting the other's answer (the state
+// is replaced by rename, so a lock on the file itself would not survive a save).
+class LeaderboardLock {
+ public:
+  explicit LeaderboardLock(const std::string& state_path);
+  ~LeaderboardLock();
+  LeaderboardLock(const LeaderboardLock&) = delete;
+  LeaderboardLock& operator=(const LeaderboardLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // Scores and answers one submission, appending it to the history. On any error (wrong length,
 // a bad row) the state is unchanged.
 const SubmissionRecord& submit_to_leaderboard(LeaderboardState& state, const Holdout& holdout,
