@@ -208,6 +208,27 @@ nlohmann::json point_json(const BoostingAttackPoint& p) {
           {"leaderboard_error", p.leaderboard_error}};
 }
 
+// The attack's JSON with each array element on one line: hundreds of points stay readable.
+std::string dump_one_point_per_line(const nlohmann::json& j) {
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [key, value] : j.items()) {
+    out += first ? "\n" : ",\n";
+    first = false;
+    out += "  " + nlohmann::json(key).dump() + ": ";
+    if (!value.is_array()) {
+      out += value.dump();
+      continue;
+    }
+    out += "[";
+    for (size_t i = 0; i < value.size(); ++i) {
+      out += (i == 0 ? "\n    " : ",\n    ") + value[i].dump();
+    }
+    out += "\n  ]";
+  }
+  return out + "\n}\n";
+}
+
 void register_attack(CLI::App& board) {
   auto* cmd = board.add_subcommand(
       "attack",
@@ -354,7 +375,7 @@ void register_attack(CLI::App& board) {
       j["seconds"] = seconds;
       j["threads"] = ThreadPool::current().size();
       j["cpu"] = cpu_info().model_name;
-      write_file_atomic(a->json, j.dump(2) + "\n");
+      write_file_atomic(a->json, dump_one_point_per_line(j));
       std::printf("-> %s\n", a->json.c_str());
     }
   });

@@ -17,8 +17,9 @@
 //   saved generator state.
 //
 // "Beats by more than t" is `previous - loss > t + 1e-12`: an improvement of exactly t, which
-// floating point may land on either side of, never counts (losses of n <= 2^31 rows differ by at
-// least 2^-31, far above the slack).
+// floating point may land on either side of, never counts (zero-one losses of n <= 2^31 rows
+// differ by at least 2^-31, far above the slack; a brier improvement is misjudged only within
+// 1e-12 of the threshold).
 #pragma once
 
 #include <cstdint>
