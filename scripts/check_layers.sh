@@ -2,6 +2,8 @@
 # The layering rule of docs/ARCHITECTURE.md: a file under src/LAYER/ includes only headers of its
 # own layer or lower ones, in the order runtime < kernels < config < model < optim < train < cli,
 # and data/ needs only runtime/ (cli, the top, may include data/ too; train reads batches).
+# eval/ (leaderboards, evaluations) sits between train and cli: it may include runtime, config,
+# model and data headers, and only cli includes it.
 # Prints every offending #include line and exits 1 if there is one.
 set -euo pipefail
 cd "$(dirname "$0")/../src"
@@ -19,6 +21,13 @@ allowed() {
   [ "$from" = "$to" ] && return 0
   [ "$to" = runtime ] && return 0
   if [ "$from" = data ]; then return 1; fi
+  if [ "$from" = eval ]; then
+    case "$to" in config | model | data) return 0 ;; *) return 1 ;; esac
+  fi
+  if [ "$to" = eval ]; then
+    [ "$from" = cli ]
+    return
+  fi
   if [ "$to" = data ]; then
     # Batches and tokenizers are read by the training loop and the command line.
     [ "$from" = train ] || [ "$from" = cli ]

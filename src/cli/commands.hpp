@@ -14,5 +14,6 @@ void register_info(CLI::App& app);
 void register_train(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_sample(CLI::App& app);
+void register_leaderboard(CLI::App& app);
 
 }  // namespace nanogpt::cli

@@ -112,6 +112,7 @@ int run(int argc, char** argv) {
   nanogpt::cli::register_sample(app);
   nanogpt::cli::register_bench(app);
   nanogpt::cli::register_info(app);
+  nanogpt::cli::register_leaderboard(app);
 
   std::string unknown;
   if (const CLI::App* where = find_unknown_subcommand(app, argc, argv, &unknown)) {
