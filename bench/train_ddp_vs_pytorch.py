@@ -57,7 +57,7 @@ def cpu_name(nanogpt: str) -> str:
     out = subprocess.run([nanogpt, "info"], stdout=subprocess.PIPE, text=True).stdout
     for line in out.splitlines():
         if line.startswith("cpu:"):
-            return line[len("cpu:"):].strip()
+            return line[len("cpu:"):].split(";")[0].strip()  # "MODEL, N logical cores"
     return "?"
 
 
@@ -202,7 +202,8 @@ def main():
     print(f"(b) per step: exposed communication {fmt(comm['comm_exposed_s'], '.4f')} s, hidden "
           f"{fmt(comm['comm_hidden_s'], '.4f')} s, in flight {fmt(comm['comm_in_flight_s'], '.4f')}"
           f" s, {fmt(comm['comm_bytes_per_rank_per_step'], '.0f')} bytes sent per rank; exposed "
-          f"share of the step {fmt(exposed_share and 100 * exposed_share, '.1f')}% "
+          f"share of the step "
+          f"{'n/a' if exposed_share is None else format(100 * exposed_share, '.1f') + '%'} "
           f"(target <= {100 * TARGET_EXPOSED_SHARE:.0f}%)")
 
     def pick(r, keys=("tokens_per_s", "median_step_s", "precision", "mode", "threads",
