@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -186,7 +187,7 @@ struct ProjectArgs {
   std::string config = "speedrun";
   std::string fit;
   double step_seconds = 0;
-  int64_t measure_seq_len = 1024, measure_tokens = 8192;
+  int64_t measure_seq_len = 1024, measure_tokens = 8192, measure_steps = 2;
   double hop_latency_us = 5;
   std::vector<double> links_gbit = {10, 100, 400};
   double link_efficiency = 0.9;
@@ -203,13 +204,22 @@ nlohmann::json measure_train_step(const ProjectArgs& a) {
         "inside an MPI job: run `nanogpt bench comm --project` without mpirun, or give "
         "--step-seconds");
   }
+  // This binary's path, resolved here: in the child's shell /proc/self/exe is the shell.
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec || self.find('\'') != std::string::npos || a.config.find('\'') != std::string::npos) {
+    throw InputError("bench comm: cannot quote this binary's path or --config for `bench train`" +
+                     (ec ? " (" + ec.message() + ")" : std::string()) +
+                     "; give the step time with --step-seconds instead");
+  }
   std::ostringstream cmd;
-  cmd << "'/proc/self/exe' bench train --config '" << a.config
+  cmd << "'" << self << "' bench train --config '" << a.config
       << "' --set train_seq_len=" << a.measure_seq_len
-      << " --set tokens_per_step=" << a.measure_tokens << " --steps 1 --warmup 1";
+      << " --set tokens_per_step=" << a.measure_tokens << " --steps " << a.measure_steps
+      << " --warmup 1";
   std::fprintf(stderr, "bench comm: measuring the step: %s\n", cmd.str().c_str());
   FILE* pipe = ::popen(cmd.str().c_str(), "r");
-  if (pipe == nullptr) throw SystemError("starting `bench train`", "/proc/self/exe", errno);
+  if (pipe == nullptr) throw SystemError("starting `bench train`", self, errno);
   std::string out;
   char buf[4096];
   while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
@@ -218,8 +228,12 @@ nlohmann::json measure_train_step(const ProjectArgs& a) {
     throw Error("bench comm: `" + cmd.str() + "` failed (status " + std::to_string(status) +
                 "); give the step time with --step-seconds instead");
   }
-  const size_t brace = out.rfind("\n{");
-  return nlohmann::json::parse(brace == std::string::npos ? out : out.substr(brace + 1));
+  const size_t brace = out.rfind("{\"bench\":\"train\"");
+  if (brace == std::string::npos) {
+    throw Error("bench comm: `" + cmd.str() +
+                "` printed no JSON line; give the step time with --step-seconds instead");
+  }
+  return nlohmann::json::parse(out.substr(brace, out.find('\n', brace) - brace));
 }
 
 std::string format_efficiency(double e) {
@@ -449,6 +463,10 @@ void register_bench_comm(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--measure-tokens", p->measure_tokens, "--project: tokens of the measured step")
       ->capture_default_str();
+  cmd->add_option("--measure-steps", p->measure_steps,
+                  "--project: timed steps of the measurement (after one warm-up; median)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   cmd->add_option("--hop-latency-us", p->hop_latency_us,
                   "--project: per-hop latency of the network links, microseconds")
       ->capture_default_str()
