@@ -6,6 +6,7 @@ Usage (Debian's python3-torch; run with /usr/bin/python3):
                               [--mode fp32|bf16|both] [--steps 5] [--warmup 1] [--threads 2]
                               [--window W] [--micro-batch N] [--ns-dtype bf16|fp32]
                               [--omp-wait-policy auto|active|passive|default] [--check]
+                              [--ddp-ranks N [--threads-per-rank 1]]
 
 The configuration is the preset plus --set overrides, under the names of `nanogpt train
 --print-config`; with --nanogpt the binary resolves it, so both sides are certain to train the
@@ -28,12 +29,23 @@ rates) and, for --mode both, a summary line. FLOPs are counted as src/model/flop
 (model_flops: linear, attention over the visible pairs, lm head, forward and backward) plus
 Newton-Schulz as this script multiplies it (full products, not block-triangular).
 
+--ddp-ranks N trains data-parallel with torch.nn.parallel.DistributedDataParallel: N processes
+(torch.multiprocessing.spawn, gloo backend on 127.0.0.1), --threads-per-rank threads each
+(default 1), rank r taking sequences [r·S/N, (r+1)·S/N) of the S sequences of the global batch
+(tokens_per_step stays global). Micro-batches but the last run under DDP's no_sync(), so the
+gradients are all-reduced once per step, in DDP's buckets (25 MB) overlapped with the backward.
+Muon and Adam then run on every rank, each on the all-reduced gradients, exactly as the
+single-process step: plain DDP replicates the optimizer (no distributed Muon, no sharded Adam).
+Rank 0 prints the JSON line, with "ranks" and tokens/s of the global batch; the step time is the
+slowest rank's.
+
 --check instead compares this model's loss and gradients with tools/golden/gpt_reference.py
 (the independent float64 reference the golden tests use) on a small configuration.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -456,6 +468,131 @@ def run_mode(args, cfg: dict) -> dict:
     }
 
 
+def free_port() -> int:
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_worker(rank: int, args, cfg: dict, port: int) -> None:
+    """One rank of --ddp-ranks: the step of run_mode on this rank's share of the global batch."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    world = args.ddp_ranks
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the loopback, whatever the hostname says
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(args.threads_per_rank)
+    torch.manual_seed(cfg.get("seed", 0))  # the same weights everywhere (DDP also broadcasts)
+    ns_dtype = torch.bfloat16 if args.ns_dtype == "bf16" else torch.float32
+    GPT, optimizers, rotary_tables = build(torch, cfg)
+    model = GPT()
+    muon, adam = optimizers(model, ns_dtype)
+    ddp = DistributedDataParallel(model)
+    T = cfg["train_seq_len"]
+    seqs = cfg["tokens_per_step"] // T
+    local = seqs // world
+    first = rank * local
+    micro = min(args.micro_batch or max(1, (512 << 20) // (4 * T * vocab_padded(cfg))), local)
+    if local % micro:
+        raise SystemExit(f"--micro-batch {micro} must divide the {local} sequences of a rank")
+    window = args.window or T // cfg["block_size"]
+    cos, sin = rotary_tables(T, torch.float32)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.mode == "bf16")
+    gen = torch.Generator().manual_seed(1234)  # every rank draws the same global batch
+
+    times, losses = [], []
+    load_before = load_average()
+    for step in range(args.warmup + args.steps):
+        batch = random_tokens(torch, cfg, gen)[first:first + local]
+        t0 = time.perf_counter()
+        total = 0.0
+        for s in range(0, local, micro):
+            inputs, targets = batch[s:s + micro, :-1], batch[s:s + micro, 1:]
+            last = s + micro >= local
+            with (contextlib.nullcontext() if last else ddp.no_sync()):
+                with autocast:
+                    loss = ddp(inputs, targets, window, cos, sin)
+                (loss * (micro / local)).backward()  # DDP averages over the ranks
+            total += loss.item() * micro / local
+        muon.step()
+        adam.step()
+        model.zero_grad(set_to_none=True)
+        dt = time.perf_counter() - t0
+        losses.append(total)
+        if step >= args.warmup:
+            times.append(dt)
+        if rank == 0:
+            print(f"[pytorch ddp {world}x{args.threads_per_rank} {args.mode}] step "
+                  f"{step + 1}/{args.warmup + args.steps}: {dt:.3f} s, loss (rank 0) {total:.4f}",
+                  file=sys.stderr, flush=True)
+    load_after = load_average()
+    # After the timing: the slowest rank's step times, and the global mean losses.
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    lo = torch.tensor(losses, dtype=torch.float64)
+    dist.all_reduce(lo)
+    lo /= world
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0],
+                       dtype=torch.float64)
+    dist.all_reduce(rss, op=dist.ReduceOp.MAX)
+    dist.destroy_process_group()
+    if rank != 0:
+        return
+    times = t.tolist()
+    med = statistics.median(times)
+    model_flops = model_flops_per_step(cfg, window)
+    ns_flops = newton_schulz_flops(cfg)
+    print(json.dumps({
+        "bench": "pytorch_train_step",
+        "mode": args.mode,
+        "preset": args.preset,
+        "sets": args.set,
+        "ranks": world,
+        "backend": "gloo",
+        "tokens_per_step": cfg["tokens_per_step"],
+        "seq_len": T,
+        "micro_batch": micro,
+        "window_blocks": window,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "median_step_s": med,
+        "min_step_s": min(times),
+        "max_step_s": max(times),
+        "step_times_s": times,
+        "tokens_per_s": cfg["tokens_per_step"] / med,
+        "model_flops_per_step": model_flops,
+        "model_tflops": model_flops / med / 1e12,
+        "flops_per_step": model_flops + ns_flops * world,
+        "tflops": (model_flops + ns_flops * world) / med / 1e12,
+        "loss_first": lo[0].item(),
+        "loss_last": lo[-1].item(),
+        "ns_dtype": args.ns_dtype,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+        "threads": args.threads_per_rank,
+        "threads_per_rank": args.threads_per_rank,
+        "torch": torch.__version__,
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "peak_rss_bytes_per_rank": rss.item(),
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+    }), flush=True)
+
+
+def run_ddp(args, cfg: dict) -> None:
+    import torch.multiprocessing as mp
+
+    seqs = cfg["tokens_per_step"] // cfg["train_seq_len"]
+    if seqs % args.ddp_ranks:
+        raise SystemExit(f"--ddp-ranks {args.ddp_ranks} must divide the {seqs} sequences of a "
+                         f"step (tokens_per_step / train_seq_len)")
+    mp.spawn(ddp_worker, args=(args, cfg, free_port()), nprocs=args.ddp_ranks, join=True)
+
+
 def check_against_reference(args) -> None:
     """Loss and gradients of this model equal gpt_reference.py's, in float64, on a small config."""
     import torch
@@ -523,15 +660,24 @@ def main():
                     default="auto",
                     help="OpenMP idle threads: spin (active) or sleep (passive); auto: passive "
                          "when other processes keep the cores busy (OMP_WAIT_POLICY wins)")
+    ap.add_argument("--ddp-ranks", type=int, default=0,
+                    help="train with DistributedDataParallel on this many processes (gloo, "
+                         "127.0.0.1), each on its share of the global batch; 0: one process")
+    ap.add_argument("--threads-per-rank", type=int, default=1,
+                    help="with --ddp-ranks: torch threads of each rank (default 1)")
     ap.add_argument("--check", action="store_true",
                     help="compare the model with tools/golden/gpt_reference.py and exit")
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.threads < 1:
         ap.error("--steps >= 1, --warmup >= 0 and --threads >= 1")
+    if args.ddp_ranks < 0 or args.threads_per_rank < 1:
+        ap.error("--ddp-ranks >= 0 and --threads-per-rank >= 1")
 
-    # Before torch loads: OpenMP (torch, oneDNN) and OpenBLAS's own pthreads read these at start.
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    # Before torch loads: OpenMP (torch, oneDNN) and OpenBLAS's own pthreads read these at start
+    # (the DDP ranks, spawned, inherit them).
+    threads = args.threads_per_rank if args.ddp_ranks else args.threads
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
     policy = choose_omp_wait_policy(args.omp_wait_policy)
     if policy == "default":
         os.environ.pop("OMP_WAIT_POLICY", None)
@@ -543,7 +689,10 @@ def main():
         return
     cfg = resolve_config(args)
     if args.mode != "both":
-        print(json.dumps(run_mode(args, cfg)), flush=True)
+        if args.ddp_ranks:
+            run_ddp(args, cfg)
+        else:
+            print(json.dumps(run_mode(args, cfg)), flush=True)
         return
 
     # Each mode in a fresh process: no allocator state or peak memory carried between them.
@@ -569,6 +718,8 @@ def main():
         "best_mode": best["mode"], "best_tokens_per_s": best["tokens_per_s"],
         "best_median_step_s": best["median_step_s"], "best_model_tflops": best["model_tflops"],
         "tokens_per_s": {r["mode"]: r["tokens_per_s"] for r in results},
+        **({"ranks": args.ddp_ranks, "threads_per_rank": args.threads_per_rank}
+           if args.ddp_ranks else {}),
     }), flush=True)
 
 

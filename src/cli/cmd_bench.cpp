@@ -291,6 +291,7 @@ void register_bench(CLI::App& app) {
   bench->require_subcommand(1);
   register_bench_encode(*bench);
   register_bench_train(*bench);
+  register_bench_comm(*bench);
 }
 
 }  // namespace nanogpt::cli
