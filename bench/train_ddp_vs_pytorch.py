@@ -19,7 +19,7 @@ whose helpers this script imports):
 and prints the load average before and after each, the CPU, tokens/s of each, the ratios
 (b)/(a) (issue 11's target: >= 0.9) and (b)/(c) (target: >= 5), and from (b)'s JSON line the
 communication fields of a distributed `bench train` (comm_exposed_s, comm_hidden_s,
-comm_in_flight_s: seconds per step; comm_bytes_per_rank_per_step) with the exposed share of
+seconds per step; comm_bytes_per_rank_per_step) with the exposed share of
 the median step (target: <= 10%), "n/a" where the line has no such field.
 
 If (b)'s lines carry no world size ("ranks"/"world_size"), `bench train` predates distributed
@@ -45,7 +45,7 @@ TARGET_VS_PYTORCH = 5.0
 TARGET_EXPOSED_SHARE = 0.10
 DEFAULT_MPIRUN_ARGS = ("--allow-run-as-root --oversubscribe --bind-to none "
                        "--mca btl_vader_single_copy_mechanism none")
-COMM_FIELDS = ("comm_exposed_s", "comm_hidden_s", "comm_in_flight_s",
+COMM_FIELDS = ("comm_exposed_s", "comm_hidden_s",
                "comm_bytes_per_rank_per_step", "median_step_s")
 
 
@@ -200,8 +200,7 @@ def main():
     print(f"ratio (b)/(c), ours over PyTorch DDP{' ' + c['mode'] if c else ''}: {fmt(ratio_bc)} "
           f"(target >= {TARGET_VS_PYTORCH:.0f})")
     print(f"(b) per step: exposed communication {fmt(comm['comm_exposed_s'], '.4f')} s, hidden "
-          f"{fmt(comm['comm_hidden_s'], '.4f')} s, in flight {fmt(comm['comm_in_flight_s'], '.4f')}"
-          f" s, {fmt(comm['comm_bytes_per_rank_per_step'], '.0f')} bytes sent per rank; exposed "
+          f"{fmt(comm['comm_hidden_s'], '.4f')} s, {fmt(comm['comm_bytes_per_rank_per_step'], '.0f')} bytes sent per rank; exposed "
           f"share of the step "
           f"{'n/a' if exposed_share is None else format(100 * exposed_share, '.1f') + '%'} "
           f"(target <= {100 * TARGET_EXPOSED_SHARE:.0f}%)")
