@@ -387,6 +387,44 @@ def choose_omp_wait_policy(requested: str) -> str:
     return "passive" if busy_cores() > 0.5 else "default"
 
 
+def step_result(torch, args, cfg: dict, T: int, micro: int, window: int, times: list,
+                loss_first: float, loss_last: float, load_before: float, load_after: float,
+                ranks: int) -> dict:
+    """The JSON line of a timed run; with ranks > 1 (DDP) every rank repeats Newton-Schulz."""
+    med = statistics.median(times)
+    model_flops = model_flops_per_step(cfg, window)
+    ns_flops = newton_schulz_flops(cfg) * ranks
+    return {
+        "bench": "pytorch_train_step",
+        "mode": args.mode,
+        "preset": args.preset,
+        "sets": args.set,
+        "tokens_per_step": cfg["tokens_per_step"],
+        "seq_len": T,
+        "micro_batch": micro,
+        "window_blocks": window,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "median_step_s": med,
+        "min_step_s": min(times),
+        "max_step_s": max(times),
+        "step_times_s": times,
+        "tokens_per_s": cfg["tokens_per_step"] / med,
+        "model_flops_per_step": model_flops,
+        "model_tflops": model_flops / med / 1e12,
+        "flops_per_step": model_flops + ns_flops,
+        "tflops": (model_flops + ns_flops) / med / 1e12,
+        "loss_first": loss_first,
+        "loss_last": loss_last,
+        "ns_dtype": args.ns_dtype,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+        "torch": torch.__version__,
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+    }
+
+
 def run_mode(args, cfg: dict) -> dict:
     import torch
 
@@ -432,40 +470,11 @@ def run_mode(args, cfg: dict) -> dict:
               f"loss {total:.4f}", file=sys.stderr, flush=True)
     load_after = load_average()
 
-    med = statistics.median(times)
-    model_flops = model_flops_per_step(cfg, window)
-    ns_flops = newton_schulz_flops(cfg)
-    return {
-        "bench": "pytorch_train_step",
-        "mode": args.mode,
-        "preset": args.preset,
-        "sets": args.set,
-        "tokens_per_step": cfg["tokens_per_step"],
-        "seq_len": T,
-        "micro_batch": micro,
-        "window_blocks": window,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "median_step_s": med,
-        "min_step_s": min(times),
-        "max_step_s": max(times),
-        "step_times_s": times,
-        "tokens_per_s": cfg["tokens_per_step"] / med,
-        "model_flops_per_step": model_flops,
-        "model_tflops": model_flops / med / 1e12,
-        "flops_per_step": model_flops + ns_flops,
-        "tflops": (model_flops + ns_flops) / med / 1e12,
-        "loss_first": losses[0],
-        "loss_last": losses[-1],
-        "ns_dtype": args.ns_dtype,
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "mkldnn": torch.backends.mkldnn.is_available(),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "loadavg_before": load_before,
-        "loadavg_after": load_after,
-    }
+    result = step_result(torch, args, cfg, T, micro, window, times, losses[0], losses[-1],
+                         load_before, load_after, ranks=1)
+    result["threads"] = torch.get_num_threads()
+    result["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return result
 
 
 def free_port() -> int:
@@ -543,44 +552,12 @@ def ddp_worker(rank: int, args, cfg: dict, port: int) -> None:
     dist.destroy_process_group()
     if rank != 0:
         return
-    times = t.tolist()
-    med = statistics.median(times)
-    model_flops = model_flops_per_step(cfg, window)
-    ns_flops = newton_schulz_flops(cfg)
-    print(json.dumps({
-        "bench": "pytorch_train_step",
-        "mode": args.mode,
-        "preset": args.preset,
-        "sets": args.set,
-        "ranks": world,
-        "backend": "gloo",
-        "tokens_per_step": cfg["tokens_per_step"],
-        "seq_len": T,
-        "micro_batch": micro,
-        "window_blocks": window,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "median_step_s": med,
-        "min_step_s": min(times),
-        "max_step_s": max(times),
-        "step_times_s": times,
-        "tokens_per_s": cfg["tokens_per_step"] / med,
-        "model_flops_per_step": model_flops,
-        "model_tflops": model_flops / med / 1e12,
-        "flops_per_step": model_flops + ns_flops * world,
-        "tflops": (model_flops + ns_flops * world) / med / 1e12,
-        "loss_first": lo[0].item(),
-        "loss_last": lo[-1].item(),
-        "ns_dtype": args.ns_dtype,
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
-        "threads": args.threads_per_rank,
-        "threads_per_rank": args.threads_per_rank,
-        "torch": torch.__version__,
-        "mkldnn": torch.backends.mkldnn.is_available(),
-        "peak_rss_bytes_per_rank": rss.item(),
-        "loadavg_before": load_before,
-        "loadavg_after": load_after,
-    }), flush=True)
+    result = step_result(torch, args, cfg, T, micro, window, t.tolist(), lo[0].item(),
+                         lo[-1].item(), load_before, load_after, ranks=world)
+    result.update({"ranks": world, "backend": "gloo", "threads": args.threads_per_rank,
+                   "threads_per_rank": args.threads_per_rank,
+                   "peak_rss_bytes_per_rank": rss.item()})
+    print(json.dumps(result), flush=True)
 
 
 def run_ddp(args, cfg: dict) -> None:
