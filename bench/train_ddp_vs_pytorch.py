@@ -193,8 +193,10 @@ def main():
     ratio_ba = b["tokens_per_s"] / a["tokens_per_s"] if a and b else None
     ratio_bc = b["tokens_per_s"] / c["tokens_per_s"] if b and c else None
     comm = {k: (b.get(k) if b else None) for k in COMM_FIELDS}
-    exposed_share = (comm["comm_exposed_s"] / comm["median_step_s"]
-                     if comm["comm_exposed_s"] is not None and comm["median_step_s"] else None)
+    # The line's own share when it gives one (bench train: exposed seconds per step / median).
+    exposed_share = b.get("comm_exposed_share") if b else None
+    if exposed_share is None and comm["comm_exposed_s"] is not None and comm["median_step_s"]:
+        exposed_share = comm["comm_exposed_s"] / comm["median_step_s"]
     print(f"ratio (b)/(a), {R} ranks x 1 thread over 1 process x {R} threads: {fmt(ratio_ba)} "
           f"(target >= {TARGET_RANKS_VS_THREADS})")
     print(f"ratio (b)/(c), ours over PyTorch DDP{' ' + c['mode'] if c else ''}: {fmt(ratio_bc)} "
