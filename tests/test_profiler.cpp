@@ -288,3 +288,43 @@ TEST_F(ProfilerTest, SessionChecksThePathFirstAndWritesAtFinish) {
 
 }  // namespace
 }  // namespace nanogpt
+
+namespace nanogpt {
+namespace {
+
+// Intervals on a named track (collectives in flight): their own thread in the trace, named,
+// outside the op table; the table's track line gives their union and, for communication, the
+// exposed part (comm_wait scopes) and the hidden rest.
+TEST_F(ProfilerTest, TrackIntervalsHaveTheirOwnNamedThreadAndTheirUnionInTheTable) {
+  TempDir dir;
+  Profiler::start();
+  const int64_t t0 = 1'000'000'000;
+  const int64_t ms = 1'000'000;
+  Profiler::record_interval("comm", "bucket 0", "communication", t0, t0 + 10 * ms, 100);
+  Profiler::record_interval("comm", "bucket 1", "communication", t0 + 5 * ms, t0 + 15 * ms, 100);
+  Profiler::record_interval("comm", "gather", "communication", t0 + 20 * ms, t0 + 25 * ms, 100);
+  {
+    ProfileScope wait("comm_wait", "buckets.wait", {}, 0, 0);
+    busy(2000);
+  }
+  Profiler::stop();
+  const nlohmann::json trace = trace_of(dir);
+  int64_t track_tid = -1;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("args").at("name") == "communication") track_tid = e.at("tid");
+  }
+  ASSERT_GE(track_tid, 0) << "no thread named 'communication'";
+  int on_track = 0;
+  for (const auto& e : complete_events(trace)) on_track += e.at("tid") == track_tid;
+  EXPECT_EQ(on_track, 3);
+  const std::string table = Profiler::summary_table();
+  const auto rows = op_rows(table);
+  EXPECT_EQ(rows.count("comm"), 0u) << table;  // intervals stay out of the shares
+  EXPECT_NE(table.find("track 'communication': 3 intervals, 20.00 ms with one in flight"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("ms exposed (comm_wait)"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace nanogpt

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -393,7 +394,10 @@ std::string Profiler::summary_table() {
   for (uint32_t i = 0; i < ops.size(); ++i) ops[i] = i;
   std::stable_sort(ops.begin(), ops.end(),
                    [&](uint32_t a, uint32_t b) { return s.by_op[a].self_ns > s.by_op[b].self_ns; });
-  for (uint32_t op : ops) out += row(s.op_types[op], s.by_op[op]);
+  // Op types only intervals used (record_interval) have no scopes: no row.
+  for (uint32_t op : ops) {
+    if (s.by_op[op].count > 0) out += row(s.op_types[op], s.by_op[op]);
+  }
   out += row("all", all);  // its total: time in outermost scopes
 
   constexpr size_t kTopNames = 15;
@@ -408,6 +412,7 @@ std::string Profiler::summary_table() {
                   "count", "self ms", "total ms", "GFLOP/s", "GB/s", "op type");
     out += line;
     for (uint32_t n : names) {
+      if (s.by_name[n].second.count == 0) continue;
       std::string r = row(s.names[n], s.by_name[n].second);
       r.pop_back();
       out += r + "  " + s.op_types[s.by_name[n].first] + "\n";
@@ -423,6 +428,35 @@ std::string Profiler::summary_table() {
                   "thread time, not wall time\n",
                   static_cast<double>(all.self_ns) / 1e6, static_cast<double>(covered_ns) / 1e6);
     out += line;
+  }
+  // Tracks (record_interval): the wall time with something in flight on each, the union of its
+  // intervals. For the communication track, the part the threads waited for is the self time
+  // of their comm_wait scopes (exposed); the rest ran while they computed (hidden).
+  for (size_t t = 0; t < s.tracks.size(); ++t) {
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (const Event& e : s.events) {
+      if (e.tid == kFirstTrackTid + t) spans.emplace_back(e.start_ns, e.start_ns + e.dur_ns);
+    }
+    std::sort(spans.begin(), spans.end());
+    int64_t busy = 0, open_end = std::numeric_limits<int64_t>::min();
+    for (const auto& [b, e] : spans) {
+      busy += std::max<int64_t>(0, e - std::max(b, open_end));
+      open_end = std::max(open_end, e);
+    }
+    std::snprintf(line, sizeof line, "\ntrack '%s': %zu intervals, %.2f ms with one in flight",
+                  s.tracks[t].c_str(), spans.size(), static_cast<double>(busy) / 1e6);
+    out += line;
+    if (s.tracks[t] == "communication") {
+      int64_t exposed = 0;
+      for (uint32_t op = 0; op < s.by_op.size(); ++op) {
+        if (s.op_types[op] == "comm_wait") exposed = s.by_op[op].self_ns;
+      }
+      std::snprintf(line, sizeof line, ": %.2f ms exposed (comm_wait), %.2f ms hidden",
+                    static_cast<double>(exposed) / 1e6,
+                    static_cast<double>(std::max<int64_t>(0, busy - exposed)) / 1e6);
+      out += line;
+    }
+    out += "\n";
   }
   if (s.dropped > 0) {
     std::snprintf(line, sizeof line,
