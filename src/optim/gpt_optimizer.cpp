@@ -284,11 +284,7 @@ void GptOptimizer::step_sharded(ParameterSet& params, std::span<float> grads, do
     gathers.push_back(start_gather(round, params));
     comm_->progress();
   }
-  {
-    ProfileScope wait("comm_wait", "parameter_gather.wait", {static_cast<int64_t>(gathers.size())},
-                      0, 0);
-    for (Comm::OpId id : gathers) comm_->wait(id);
-  }
+  for (Comm::OpId id : gathers) comm_->wait(id);
   // Every rank's pieces into place (this rank's are there already and come back unchanged).
   for (GatherRound& round : rounds_) {
     round.layout.unpack(round.pieces, gather_all_.data() + round.all_begin, params.values().data());

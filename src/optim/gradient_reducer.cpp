@@ -80,11 +80,7 @@ void GradientReducer::gradients_final(int stage) {
 void GradientReducer::finish() {
   if (grads_ == nullptr) throw Error("internal: a gradient reduction finished before it began");
   while (next_ < buckets_.size()) start(buckets_[next_++]);
-  {
-    ProfileScope scope("comm_wait", "gradient_buckets.wait",
-                       {static_cast<int64_t>(buckets_.size())}, 0, 0);
-    for (Bucket& b : buckets_) comm_.wait(b.op);
-  }
+  for (Bucket& b : buckets_) comm_.wait(b.op);
   for (Bucket& b : buckets_) {
     b.layout.unpack_part(b.pieces, recv_.data() + b.mine_begin, grads_, comm_.rank());
     b.started = false;

@@ -432,8 +432,17 @@ void Comm::progress() {
   if (!engine_->to_start.empty() || !engine_->running.empty()) engine_->step();
 }
 
+std::string Comm::wait_name(OpId id) {
+  std::lock_guard<std::mutex> lock(engine_->mutex);
+  auto it = engine_->ops.find(id);
+  return it == engine_->ops.end() ? "wait" : "wait: " + it->second->what;
+}
+
 void Comm::wait(OpId id) {
   if (!engine_ || id == 0) return;
+  // What the caller waits for is communication the compute did not hide: the profiler's
+  // comm_wait time, the exposed part.
+  ProfileScope scope("comm_wait", Profiler::enabled() ? wait_name(id) : std::string(), {}, 0, 0);
   const Clock::time_point begin = Clock::now();
   Engine& e = *engine_;
   std::unique_lock<std::mutex> lock(e.mutex);

@@ -112,6 +112,7 @@ class Comm {
   explicit Comm(bool join_launcher);
   void init_mpi();
   OpId queue(CommOp* op);  // takes ownership
+  std::string wait_name(OpId id);
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<std::string> hosts_;
