@@ -68,7 +68,6 @@ void GradientReducer::start(Bucket& b) {
                                         std::span<float>(recv_.data() + b.mine_begin, mine),
                                         b.layout.counts,
                                         "gradient bucket " + std::to_string(&b - buckets_.data()));
-  b.started = true;
 }
 
 void GradientReducer::gradients_final(int stage) {
@@ -81,9 +80,8 @@ void GradientReducer::finish() {
   if (grads_ == nullptr) throw Error("internal: a gradient reduction finished before it began");
   while (next_ < buckets_.size()) start(buckets_[next_++]);
   for (Bucket& b : buckets_) comm_.wait(b.op);
-  for (Bucket& b : buckets_) {
+  for (const Bucket& b : buckets_) {
     b.layout.unpack_part(b.pieces, recv_.data() + b.mine_begin, grads_, comm_.rank());
-    b.started = false;
   }
   next_ = 0;
   grads_ = nullptr;

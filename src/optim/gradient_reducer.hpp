@@ -28,7 +28,6 @@ class GradientReducer final : public BackwardListener {
     size_t all_begin = 0;   // its region of the send buffer (layout.total floats)
     size_t mine_begin = 0;  // and of the receive buffer (this rank's count)
     Comm::OpId op = 0;
-    bool started = false;
   };
 
   // `tensor_ready_stage`: per parameter tensor, the stage after which its gradient is final

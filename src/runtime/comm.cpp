@@ -65,8 +65,7 @@ SliceRange even_slice(int64_t n, int parts, int part) {
   return {n * part / parts, n * (part + 1) / parts};
 }
 
-// One collective: its arguments, its MPI request once started, and when it was queued and
-// finished.
+// One collective: its arguments, its MPI request once started, and when it was queued.
 struct CommOp {
   enum class Kind { kAllreduce, kReduceScatter, kAllgather, kBroadcast };
   Kind kind = Kind::kAllreduce;
@@ -79,9 +78,8 @@ struct CommOp {
   MPI_Op reduce = MPI_SUM;
   int root = 0;
   MPI_Request request = MPI_REQUEST_NULL;
-  bool started = false, done = false;
-  Clock::time_point queued_at, done_at;
-  int64_t queued_ns = 0;
+  bool done = false;
+  Clock::time_point queued_at;
   double bytes_sent = 0;
 };
 
@@ -123,18 +121,16 @@ struct Comm::Engine {
         continue;
       }
       op->done = true;
-      op->done_at = Clock::now();
-      stats.in_flight_s += std::chrono::duration<double>(op->done_at - op->queued_at).count();
+      const Clock::time_point done_at = Clock::now();
       if (--in_flight == 0) {
-        stats.busy_s += std::chrono::duration<double>(op->done_at - busy_since).count();
+        stats.busy_s += std::chrono::duration<double>(done_at - busy_since).count();
       }
       if (Profiler::enabled()) {
-        Profiler::record_interval(
-            "comm", op->what, "communication", op->queued_ns,
-            op->queued_ns +
-                std::chrono::duration_cast<std::chrono::nanoseconds>(op->done_at - op->queued_at)
-                    .count(),
-            op->bytes_sent);
+        auto ns = [](Clock::time_point t) {
+          return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+        };
+        Profiler::record_interval("comm", op->what, "communication", ns(op->queued_at), ns(done_at),
+                                  op->bytes_sent);
       }
       running[i] = running.back();
       running.pop_back();
@@ -162,7 +158,6 @@ struct Comm::Engine {
         break;
     }
     check_mpi(rc, "starting " + op.what);
-    op.started = true;
   }
 
   void thread_loop() {
@@ -332,9 +327,6 @@ double ring_bytes(double total_bytes, int ranks) {
 Comm::OpId Comm::queue(CommOp* raw) {
   std::unique_ptr<CommOp> op(raw);
   op->queued_at = Clock::now();
-  op->queued_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(op->queued_at.time_since_epoch())
-          .count();
   std::lock_guard<std::mutex> lock(engine_->mutex);
   const OpId id = engine_->next_id++;
   engine_->stats.operations += 1;

@@ -34,10 +34,9 @@ enum class CommProgress { kThread, kPoll };
 // What this rank's collectives cost since the last reset_stats().
 struct CommStats {
   int64_t operations = 0;
-  double bytes_sent = 0;   // by this rank, as the ring algorithms send: see comm.cpp
-  double in_flight_s = 0;  // summed start-to-completion time of the operations
-  double busy_s = 0;       // wall time with at least one operation in flight
-  double waited_s = 0;     // time callers spent blocked in wait(): the exposed part
+  double bytes_sent = 0;  // by this rank, as the ring algorithms send: see comm.cpp
+  double busy_s = 0;      // wall time with at least one operation in flight
+  double waited_s = 0;    // time callers spent blocked in wait(): the exposed part
   // Communication the callers did not wait for: it ran while they computed.
   double hidden_s() const { return busy_s > waited_s ? busy_s - waited_s : 0.0; }
 };
