@@ -7,11 +7,11 @@ namespace nanogpt {
 // rounding step only sees it through integer operations, so it cannot be fused into an FMA.
 
 void quantize_e4m3(const float* x, float inv_scale, float* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = fp8_detail::round<fp8_detail::E4M3>(x[i] * inv_scale);
+  for (size_t i = 0; i < n; ++i) out[i] = minifloat::round<fp8_detail::E4M3>(x[i] * inv_scale);
 }
 
 void quantize_e5m2(const float* x, float inv_scale, float* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = fp8_detail::round<fp8_detail::E5M2>(x[i] * inv_scale);
+  for (size_t i = 0; i < n; ++i) out[i] = minifloat::round<fp8_detail::E5M2>(x[i] * inv_scale);
 }
 
 }  // namespace nanogpt

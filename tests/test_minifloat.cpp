@@ -1,3 +1,6 @@
+// The small float formats of kernels/minifloat.hpp (FP8 E4M3 and E5M2, FP4 E2M1), each checked
+// against its definition written down independently here.
+#include "kernels/fp4.hpp"
 #include "kernels/fp8.hpp"
 
 #include <gtest/gtest.h>
@@ -41,19 +44,24 @@ constexpr uint64_t kSweepStride = 1;
 
 // The formats written down from their definitions, independently of the implementation.
 struct FormatDefinition {
+  int code_bits;
   int exponent_bits;
   int mantissa_bits;
   int bias;
   // E5M2: an all-ones exponent is inf (mantissa 0) or NaN. E4M3fn: only S.1111.111 is NaN and
   // the other all-ones-exponent codes are ordinary finite values.
   bool ieee_specials;
+  bool has_nan;  // E2M1 has none: every code is a finite value
+  unsigned sign_bit() const { return 1u << (code_bits - 1); }
+  unsigned codes() const { return 1u << code_bits; }
 };
 
-constexpr FormatDefinition kE4M3Definition{4, 3, 7, false};
-constexpr FormatDefinition kE5M2Definition{5, 2, 15, true};
+constexpr FormatDefinition kE4M3Definition{8, 4, 3, 7, false, true};
+constexpr FormatDefinition kE5M2Definition{8, 5, 2, 15, true, true};
+constexpr FormatDefinition kE2M1Definition{4, 2, 1, 1, false, false};
 
 double definition_value(const FormatDefinition& f, unsigned code) {
-  const bool negative = (code & 0x80u) != 0;
+  const bool negative = (code & f.sign_bit()) != 0;
   const unsigned exponent_mask = (1u << f.exponent_bits) - 1;
   const unsigned mantissa_mask = (1u << f.mantissa_bits) - 1;
   const unsigned exponent = (code >> f.mantissa_bits) & exponent_mask;
@@ -62,7 +70,8 @@ double definition_value(const FormatDefinition& f, unsigned code) {
   if (f.ieee_specials && exponent == exponent_mask) {
     v = mantissa == 0 ? std::numeric_limits<double>::infinity()
                       : std::numeric_limits<double>::quiet_NaN();
-  } else if (!f.ieee_specials && exponent == exponent_mask && mantissa == mantissa_mask) {
+  } else if (f.has_nan && !f.ieee_specials && exponent == exponent_mask &&
+             mantissa == mantissa_mask) {
     v = std::numeric_limits<double>::quiet_NaN();
   } else if (exponent == 0) {
     v = std::ldexp(static_cast<double>(mantissa), 1 - f.bias - f.mantissa_bits);
@@ -74,17 +83,21 @@ double definition_value(const FormatDefinition& f, unsigned code) {
 }
 
 struct Table {
-  std::array<double, 256> value{};
+  std::vector<double> value;  // by code
   // Finite non-negative values in increasing order, with their codes.
   std::vector<std::pair<double, uint8_t>> ladder;
   double max_finite = 0;
   uint8_t max_code = 0;
+  uint8_t sign_bit = 0;
+  bool has_nan = true;
 };
 
 Table build_table(const FormatDefinition& f) {
   Table t;
-  for (unsigned c = 0; c < 256; ++c) t.value[c] = definition_value(f, c);
-  for (unsigned c = 0; c < 128; ++c) {
+  t.sign_bit = static_cast<uint8_t>(f.sign_bit());
+  t.has_nan = f.has_nan;
+  for (unsigned c = 0; c < f.codes(); ++c) t.value.push_back(definition_value(f, c));
+  for (unsigned c = 0; c < f.sign_bit(); ++c) {
     if (std::isfinite(t.value[c])) t.ladder.emplace_back(t.value[c], static_cast<uint8_t>(c));
   }
   std::sort(t.ladder.begin(), t.ladder.end());
@@ -99,6 +112,10 @@ const Table& e4m3_table() {
 }
 const Table& e5m2_table() {
   static const Table t = build_table(kE5M2Definition);
+  return t;
+}
+const Table& e2m1_table() {
+  static const Table t = build_table(kE2M1Definition);
   return t;
 }
 
@@ -137,7 +154,7 @@ uint8_t expected_code(const Table& t, float x) {
       code = (lo->second & 1u) == 0 ? lo->second : hi->second;
     }
   }
-  return std::signbit(x) ? static_cast<uint8_t>(code | 0x80u) : code;
+  return std::signbit(x) ? static_cast<uint8_t>(code | t.sign_bit) : code;
 }
 
 TEST(Fp8, DefinitionTablesHaveTheDocumentedRange) {
@@ -160,7 +177,7 @@ TEST(Fp8, DefinitionTablesHaveTheDocumentedRange) {
 }
 
 void check_decode(const Table& t, float (*decode)(uint8_t)) {
-  for (unsigned c = 0; c < 256; ++c) {
+  for (unsigned c = 0; c < t.value.size(); ++c) {
     const float got = decode(static_cast<uint8_t>(c));
     if (std::isnan(t.value[c])) {
       EXPECT_TRUE(std::isnan(got)) << "code " << c;
@@ -239,9 +256,8 @@ constexpr uint32_t first_visited(uint32_t begin) {
 
 // Branch-free so the compiler vectorizes it; a sweep of 2^31 patterns is otherwise too slow.
 template <uint8_t (*Encode)(float), float (*Round)(float)>
-uint32_t count_mismatches(uint32_t begin, uint32_t end, uint8_t code, uint32_t want,
-                          uint32_t want_negative) {
-  const auto code_negative = static_cast<uint8_t>(code | 0x80u);
+uint32_t count_mismatches(uint32_t begin, uint32_t end, uint8_t code, uint8_t code_negative,
+                          uint32_t want, uint32_t want_negative) {
   uint32_t bad = 0;
   for (uint32_t u = first_visited(begin); u < end; u += kSweepStride) {
     const float x = std::bit_cast<float>(u);
@@ -261,7 +277,7 @@ std::vector<std::string> describe_mismatches(const Table& t, uint32_t begin, uin
   for (uint32_t u = first_visited(begin); u < end && out.size() < 4; u += kSweepStride) {
     for (uint32_t sign : {0u, 0x80000000u}) {
       const float x = std::bit_cast<float>(u | sign);
-      const auto want = static_cast<uint8_t>(code | (sign >> 24));
+      const auto want = static_cast<uint8_t>(sign != 0 ? code | t.sign_bit : code);
       const auto want_value = static_cast<float>(t.value[want]);
       if (Encode(x) != want || bits(Round(x)) != bits(want_value)) {
         out.push_back(hex_float(x) + ": encoded " + hex_code(Encode(x)) + " rounded " +
@@ -296,8 +312,10 @@ void exhaustive_sweep(const Table& t) {
         const uint32_t first = first_visited(begin);
         if (first < end) local_checked += (end - 1 - first) / kSweepStride + 1;
         const uint32_t want = bits(static_cast<float>(t.value[s.code]));
-        const uint32_t want_negative = bits(static_cast<float>(t.value[s.code | 0x80u]));
-        if (count_mismatches<Encode, Round>(begin, end, s.code, want, want_negative) != 0) {
+        const auto negative = static_cast<uint8_t>(s.code | t.sign_bit);
+        const uint32_t want_negative = bits(static_cast<float>(t.value[negative]));
+        if (count_mismatches<Encode, Round>(begin, end, s.code, negative, want, want_negative) !=
+            0) {
           auto found = describe_mismatches<Encode, Round>(t, begin, end, s.code);
           std::lock_guard<std::mutex> lock(failures_mutex);
           failures.insert(failures.end(), found.begin(), found.end());
@@ -311,8 +329,13 @@ void exhaustive_sweep(const Table& t) {
   for (unsigned i = 0; i < threads; ++i) pool.emplace_back(worker);
   for (auto& th : pool) th.join();
 
-  // NaN inputs: any NaN code is acceptable.
+  // NaN inputs: any NaN code is acceptable. A format without NaN has no rule for them (its
+  // callers never encode one), but they are counted as visited.
   for (uint32_t u = first_visited(kPositiveInfBits + 1); u < 0x80000000u; u += kSweepStride) {
+    if (!t.has_nan) {
+      checked += 1;
+      continue;
+    }
     for (uint32_t sign : {0u, 0x80000000u}) {
       const float x = std::bit_cast<float>(u | sign);
       if (!std::isnan(t.value[Encode(x)]) || !std::isnan(Round(x))) {
@@ -333,6 +356,9 @@ TEST(Fp8, E4M3EncodeExhaustive) {
 }
 TEST(Fp8, E5M2EncodeExhaustive) {
   exhaustive_sweep<float_to_e5m2, round_to_e5m2>(e5m2_table());
+}
+TEST(Fp4, E2M1EncodeExhaustive) {
+  exhaustive_sweep<float_to_e2m1, round_to_e2m1>(e2m1_table());
 }
 
 // Every tie and rounding boundary, which a strided sweep could skip.
@@ -368,6 +394,31 @@ TEST(Fp8, E4M3TiesAndBoundaries) {
 }
 TEST(Fp8, E5M2TiesAndBoundaries) {
   check_boundaries<float_to_e5m2, round_to_e5m2>(e5m2_table());
+}
+TEST(Fp4, E2M1TiesAndBoundaries) {
+  check_boundaries<float_to_e2m1, round_to_e2m1>(e2m1_table());
+}
+
+TEST(Fp4, DefinitionAndDecode) {
+  const Table& t = e2m1_table();
+  const std::vector<double> magnitudes = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  ASSERT_EQ(t.ladder.size(), magnitudes.size());
+  for (size_t i = 0; i < magnitudes.size(); ++i) {
+    EXPECT_EQ(t.ladder[i].first, magnitudes[i]);
+    EXPECT_EQ(t.ladder[i].second, i);  // codes 0..7 in value order
+  }
+  EXPECT_EQ(t.max_finite, static_cast<double>(kE2M1Max));
+  check_decode(t, e2m1_to_float);
+  for (unsigned c = 0; c < 16; ++c) {
+    const auto code = static_cast<uint8_t>(c);
+    EXPECT_EQ(float_to_e2m1(e2m1_to_float(code)), code) << c;  // -0 keeps its code 0x8
+  }
+  EXPECT_EQ(float_to_e2m1(0.25f), 0x0);    // tie between 0 and 0.5: even
+  EXPECT_EQ(float_to_e2m1(0.75f), 0x2);    // tie between 0.5 and 1: even (1)
+  EXPECT_EQ(float_to_e2m1(2.5f), 0x4);     // tie between 2 and 3: even (2)
+  EXPECT_EQ(float_to_e2m1(5.0f), 0x6);     // tie between 4 and 6: even (4)
+  EXPECT_EQ(float_to_e2m1(-100.0f), 0xf);  // saturates
+  EXPECT_EQ(float_to_e2m1(-std::numeric_limits<float>::infinity()), 0xf);
 }
 
 TEST(Fp8, EveryCodeRoundTrips) {
