@@ -14,8 +14,9 @@ namespace nanogpt {
 
 namespace {
 
-using FieldPtr = std::variant<int64_t Config::*, double Config::*, bool Config::*,
-                              PrecisionSetting Config::*, std::vector<int64_t> Config::*>;
+using FieldPtr =
+    std::variant<int64_t Config::*, double Config::*, bool Config::*, PrecisionSetting Config::*,
+                 std::vector<int64_t> Config::*, std::string Config::*>;
 
 struct Field {
   const char* name;
@@ -68,6 +69,16 @@ const std::vector<Field>& fields() {
       {"adam_eps", &Config::adam_eps},
       {"bucket_mb", &Config::bucket_mb},
       {"comm_thread", &Config::comm_thread},
+      {"sync", &Config::sync},
+      {"replicas", &Config::replicas},
+      {"sync_every", &Config::sync_every},
+      {"outer_lr", &Config::outer_lr},
+      {"outer_momentum", &Config::outer_momentum},
+      {"fragments", &Config::fragments},
+      {"fragment_order", &Config::fragment_order},
+      {"sync_delay", &Config::sync_delay},
+      {"fragment_merge_alpha", &Config::fragment_merge_alpha},
+      {"outer_grad_bits", &Config::outer_grad_bits},
   };
   return f;
 }
@@ -117,6 +128,9 @@ void assign_from_json(Config& c, const Field& f, const nlohmann::json& v) {
             }
           }
           throw bad(allowed);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!v.is_string()) throw bad("a string");
+          c.*member = v.get<std::string>();  // validate_config checks the value
         } else {
           if (!v.is_array()) throw bad("a list of integers, e.g. [7]");
           std::vector<int64_t> out;
@@ -249,7 +263,8 @@ void set_config_value(Config& config, const std::string& assignment, ConfigOrigi
   std::string value = assignment.substr(eq + 1);
   const Field& f = find_field(key);
   nlohmann::json v;
-  if (std::holds_alternative<PrecisionSetting Config::*>(f.ptr)) {
+  if (std::holds_alternative<PrecisionSetting Config::*>(f.ptr) ||
+      std::holds_alternative<std::string Config::*>(f.ptr)) {
     // Names are taken as written (--set precision=bf16), or as JSON when quoted.
     const bool quoted = value.size() >= 2 && value.front() == '"' && value.back() == '"';
     v = quoted ? value.substr(1, value.size() - 2) : value;
@@ -369,6 +384,76 @@ void validate_config(const Config& c) {
   }
   if (!(c.adam_eps > 0)) fail("adam_eps", "must be positive");
   if (!(c.bucket_mb > 0)) fail("bucket_mb", "must be positive (MiB of gradients per bucket)");
+  if (c.sync != "ddp" && c.sync != "diloco" && c.sync != "streaming_diloco") {
+    fail("sync", "must be \"ddp\", \"diloco\" or \"streaming_diloco\", got \"" + c.sync + "\"");
+  }
+  if (c.fragment_order != "strided" && c.fragment_order != "sequential") {
+    fail("fragment_order",
+         "must be \"strided\" or \"sequential\", got \"" + c.fragment_order + "\"");
+  }
+  if (c.replicas < 0) fail("replicas", "must be >= 0 (0: one replica per rank)");
+  if (c.sync_every < 1) fail("sync_every", "must be at least 1 (inner steps between outer steps)");
+  if (!(c.outer_lr > 0)) fail("outer_lr", "must be positive");
+  if (!(c.outer_momentum >= 0 && c.outer_momentum < 1)) fail("outer_momentum", "must be in [0, 1)");
+  if (c.fragments < 0 || c.fragments > c.num_layers) {
+    fail("fragments",
+         "must be in [0, num_layers] (0: one per 3 layers), got " + std::to_string(c.fragments));
+  }
+  if (c.sync_delay < -1) fail("sync_delay", "must be >= 0 (or -1: the mode's default)");
+  if (!(c.fragment_merge_alpha == -1 ||
+        (c.fragment_merge_alpha >= 0 && c.fragment_merge_alpha <= 1))) {
+    fail("fragment_merge_alpha", "must be in [0, 1] (or -1: 0.5 with a delay, else 0)");
+  }
+  if (c.outer_grad_bits != 0 && c.outer_grad_bits != 4 && c.outer_grad_bits != 8 &&
+      c.outer_grad_bits != 16 && c.outer_grad_bits != 32) {
+    fail("outer_grad_bits", "must be 4, 8, 16 or 32 (or 0: the mode's default), got " +
+                                std::to_string(c.outer_grad_bits));
+  }
+  if (c.sync == "ddp") {
+    if (c.replicas > 1) {
+      fail("replicas",
+           "needs sync = \"diloco\" or \"streaming_diloco\" (with ddp all ranks are one "
+           "replica)");
+    }
+  } else if (c.sync == "diloco") {
+    if (c.fragments > 1 || c.sync_delay > 0 || c.fragment_merge_alpha > 0) {
+      fail("sync",
+           "\"diloco\" synchronizes the whole model at once with no delay; for "
+           "fragments, sync_delay or fragment_merge_alpha use sync = \"streaming_diloco\"");
+    }
+  } else {
+    const int64_t P = c.outer_fragments();
+    if (c.sync_every % P != 0) {
+      fail("sync_every", "(" + std::to_string(c.sync_every) + ") must be a multiple of the " +
+                             std::to_string(P) + " fragments, so they synchronize evenly spaced");
+    }
+    if (c.outer_sync_delay() >= c.sync_every / P) {
+      fail("sync_delay", "(" + std::to_string(c.outer_sync_delay()) +
+                             ") must be below sync_every / fragments (" +
+                             std::to_string(c.sync_every / P) +
+                             "), so one fragment lands before the next leaves");
+    }
+  }
+}
+
+int64_t Config::outer_fragments() const {
+  if (sync != "streaming_diloco") return 1;
+  return fragments > 0 ? fragments : ceil_div(num_layers, 3);
+}
+
+int64_t Config::outer_sync_delay() const {
+  if (sync_delay >= 0) return sync_delay;
+  return sync == "streaming_diloco" ? 1 : 0;
+}
+
+double Config::outer_merge_alpha() const {
+  if (fragment_merge_alpha >= 0) return fragment_merge_alpha;
+  return outer_sync_delay() > 0 ? 0.5 : 0.0;
+}
+
+int Config::outer_bits() const {
+  if (outer_grad_bits > 0) return static_cast<int>(outer_grad_bits);
+  return sync == "streaming_diloco" ? 4 : 32;
 }
 
 Precision resolved_precision(const Config& c) {

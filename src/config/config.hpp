@@ -92,6 +92,30 @@ struct Config {
   double bucket_mb = 25;
   bool comm_thread = false;
 
+  // Training across replicas that meet rarely (optim/streaming_diloco.hpp). sync: "ddp" (every
+  // step, above), "diloco" or "streaming_diloco". Under mpirun the ranks form `replicas` groups
+  // (0: one per rank), each a data-parallel trainer on its own part of every global batch;
+  // every sync_every inner steps each fragment's outer gradient θ_global − θ_local, averaged
+  // over the replicas, takes one step of SGD with Nesterov momentum (outer_lr, outer_momentum;
+  // DiLoCo's and torchft's 0.7 and 0.9). "diloco" syncs the whole model at once and waits for
+  // it. "streaming_diloco" (Douillard et al. 2025) cuts the blocks into `fragments` (0: one
+  // per 3 layers) by fragment_order ("strided": layer i in fragment i mod P, the paper's
+  // choice; or "sequential"), syncs fragment p at steps where (step − p·H/P) mod H = 0, and
+  // applies its result sync_delay steps later (τ; -1: 1 for streaming, 0 for diloco) while
+  // training goes on, merging θ ← α·θ_local + (1−α)·θ_global (fragment_merge_alpha = α;
+  // -1: 0.5 with a delay, 0 without). Outer gradients travel as outer_grad_bits-bit values
+  // (optim/outer_grad_codec.hpp; 0: 4 for streaming, 32 for diloco).
+  std::string sync = "ddp";
+  int64_t replicas = 0;
+  int64_t sync_every = 100;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  int64_t fragments = 0;
+  std::string fragment_order = "strided";
+  int64_t sync_delay = -1;
+  double fragment_merge_alpha = -1;
+  int64_t outer_grad_bits = 0;
+
   int64_t vocab_padded() const { return round_up(vocab_size, 128); }
   int64_t grad_accum_steps() const { return tokens_per_step / train_seq_len; }
   // Whole sequences of `seq_len` per forward/backward pass under micro_batch_tokens.
@@ -107,6 +131,12 @@ struct Config {
   int64_t layer_window_blocks(int64_t layer, int64_t window_blocks) const;
   // Index (0..2) of the value embedding feeding `layer`, or -1.
   int value_embed_index(int64_t layer) const;
+  // The DiLoCo keys with their mode's defaults resolved: fragments P (1 unless streaming), the
+  // delay τ, the merge weight α and the bits per outer-gradient value.
+  int64_t outer_fragments() const;
+  int64_t outer_sync_delay() const;
+  double outer_merge_alpha() const;
+  int outer_bits() const;
 };
 
 // Names of the built-in presets and their configurations ("speedrun", "cpu").

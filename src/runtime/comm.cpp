@@ -55,6 +55,14 @@ int count_as_int(size_t n, const std::string& what) {
   return static_cast<int>(n);
 }
 
+// Every MPI call after initialisation, on any communicator, is made under this one lock: a
+// split communicator's engine and the world's may each have a communication thread, and
+// MPI_THREAD_SERIALIZED allows one thread in MPI at a time.
+std::mutex& mpi_mutex() {
+  static std::mutex* m = new std::mutex;  // never destroyed: engines may outlive statics
+  return *m;
+}
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -83,12 +91,13 @@ struct CommOp {
   double bytes_sent = 0;
 };
 
-// The MPI side of a world of more than one process. Every MPI call after initialisation goes
-// through step(), under `mutex`: on the communication thread (kThread) or on the caller's
-// (kPoll), never both, so MPI_THREAD_SERIALIZED suffices.
+// The MPI side of a communicator of more than one process. Every MPI call after initialisation
+// goes through step(), under `mutex` (the process's one MPI lock, shared by every engine): on
+// the communication thread (kThread) or on the caller's (kPoll), so MPI_THREAD_SERIALIZED
+// suffices.
 struct Comm::Engine {
   MPI_Comm comm = MPI_COMM_NULL;
-  std::mutex mutex;
+  std::mutex& mutex = mpi_mutex();
   std::condition_variable work;                       // new operations queued, or stop
   std::condition_variable done;                       // an operation finished
   std::map<Comm::OpId, std::unique_ptr<CommOp>> ops;  // queued or running or finished, not waited
@@ -244,6 +253,52 @@ Comm::Comm(bool join_launcher) {
   if (join_launcher && launched_by_mpi()) init_mpi();
 }
 
+Comm::Comm(Engine* engine, std::string name, int world_rank, CommProgress mode)
+    : name_(std::move(name)), world_rank_(world_rank), mode_(mode), engine_(engine) {
+  timeout_s_ = Comm::world().timeout_s_;
+  if (!engine_) {
+    hosts_ = {Comm::world().hosts_[static_cast<size_t>(world_rank)]};
+    return;
+  }
+  MPI_Comm_rank(engine_->comm, &rank_);
+  MPI_Comm_size(engine_->comm, &size_);
+  MPI_Comm local = MPI_COMM_NULL;
+  {
+    std::lock_guard<std::mutex> lock(engine_->mutex);
+    check_mpi(
+        MPI_Comm_split_type(engine_->comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+        "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
+  }
+  if (mode_ == CommProgress::kThread) engine_->start_thread();
+  hosts_ = allgather_strings(Comm::world().hosts_[static_cast<size_t>(world_rank)],
+                             "host names of " + name_);
+}
+
+std::unique_ptr<Comm> Comm::split(int color, int key, const std::string& name) {
+  const int world_rank = name_.empty() ? rank_ : world_rank_;
+  if (!engine_) return std::unique_ptr<Comm>(new Comm(nullptr, name, world_rank, mode_));
+  MPI_Comm part = MPI_COMM_NULL;
+  {
+    std::lock_guard<std::mutex> lock(engine_->mutex);
+    check_mpi(MPI_Comm_split(engine_->comm, color, key, &part), "splitting into " + name);
+  }
+  int part_size = 0;
+  MPI_Comm_size(part, &part_size);
+  if (part_size == 1) {
+    // A group of one communicates with nobody: it is a world of one, exactly like local().
+    std::lock_guard<std::mutex> lock(engine_->mutex);
+    MPI_Comm_free(&part);
+    return std::unique_ptr<Comm>(new Comm(nullptr, name, world_rank, mode_));
+  }
+  auto* engine = new Engine;
+  engine->comm = part;
+  MPI_Comm_set_errhandler(part, MPI_ERRORS_RETURN);
+  return std::unique_ptr<Comm>(new Comm(engine, name, world_rank, mode_));
+}
+
 void Comm::init_mpi() {
   int provided = 0;
   check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
@@ -268,7 +323,16 @@ void Comm::init_mpi() {
   hosts_ = allgather_strings(std::string(name, static_cast<size_t>(len)), "host names");
 }
 
-Comm::~Comm() = default;
+Comm::~Comm() {
+  if (!engine_) return;
+  engine_->stop_thread();
+  std::lock_guard<std::mutex> lock(engine_->mutex);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // With operations still in flight this is an error path (the job is about to end): leave
+  // the communicator to MPI rather than block on ranks that may be gone.
+  if (finalized == 0 && engine_->ops.empty()) MPI_Comm_free(&engine_->comm);
+}
 
 void Comm::shutdown() {
   Comm& c = world();
@@ -291,8 +355,9 @@ void Comm::abort_job(int code) {
 }
 
 std::string Comm::where() const {
-  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " on " +
-         hosts_[static_cast<size_t>(rank_)];
+  std::string s = "rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+  if (!name_.empty()) s += " in " + name_ + " (world rank " + std::to_string(world_rank_) + ")";
+  return s + " on " + hosts_[static_cast<size_t>(rank_)];
 }
 
 void Comm::set_progress_mode(CommProgress mode) {
@@ -334,7 +399,11 @@ Comm::OpId Comm::queue(CommOp* raw) {
   if (engine_->in_flight++ == 0) engine_->busy_since = op->queued_at;
   engine_->to_start.push_back(op.get());
   engine_->ops.emplace(id, std::move(op));
-  if (mode_ == CommProgress::kThread) engine_->work.notify_one();
+  if (mode_ == CommProgress::kThread) {
+    engine_->work.notify_one();
+  } else {
+    engine_->step();  // start it now: nothing else would until the next progress() or wait()
+  }
   return id;
 }
 
@@ -376,8 +445,21 @@ Comm::OpId Comm::start_reduce_scatter_sum(std::span<const float> send, std::span
 
 Comm::OpId Comm::start_allgather(std::span<const float> mine, std::span<float> all,
                                  std::vector<int> counts, std::string what) {
+  return start_allgather_typed(mine.data(), mine.size(), all.data(), all.size(), sizeof(float),
+                               std::move(counts), std::move(what));
+}
+
+Comm::OpId Comm::start_allgather_bytes(std::span<const uint8_t> mine, std::span<uint8_t> all,
+                                       std::vector<int> counts, std::string what) {
+  return start_allgather_typed(mine.data(), mine.size(), all.data(), all.size(), 1,
+                               std::move(counts), std::move(what));
+}
+
+Comm::OpId Comm::start_allgather_typed(const void* mine, size_t mine_count, void* all,
+                                       size_t all_count, size_t element_bytes,
+                                       std::vector<int> counts, std::string what) {
   if (counts.size() != static_cast<size_t>(size_) ||
-      mine.size() != static_cast<size_t>(counts[static_cast<size_t>(rank_)])) {
+      mine_count != static_cast<size_t>(counts[static_cast<size_t>(rank_)])) {
     throw Error("internal: " + what + ": all-gather counts do not match the world or the input");
   }
   std::vector<int> displs(counts.size());
@@ -386,22 +468,24 @@ Comm::OpId Comm::start_allgather(std::span<const float> mine, std::span<float> a
     displs[r] = count_as_int(static_cast<size_t>(total), what);
     total += counts[r];
   }
-  if (static_cast<size_t>(total) != all.size()) {
+  if (static_cast<size_t>(total) != all_count) {
     throw Error("internal: " + what + ": all-gather counts do not add up to the output");
   }
   if (!engine_) {
-    std::copy(mine.begin(), mine.end(), all.begin());
+    if (mine_count > 0) std::memcpy(all, mine, mine_count * element_bytes);
     return 0;
   }
   auto* op = new CommOp;
   op->kind = CommOp::Kind::kAllgather;
   op->what = std::move(what);
-  op->send = mine.data();
-  op->data = all.data();
-  op->count = static_cast<int>(mine.size());
+  op->send = mine;
+  op->data = all;
+  op->count = static_cast<int>(mine_count);
   op->counts = std::move(counts);
   op->displs = std::move(displs);
-  op->bytes_sent = ring_bytes(4.0 * static_cast<double>(total), size_);
+  op->type = element_bytes == 1 ? MPI_BYTE : MPI_FLOAT;
+  op->bytes_sent =
+      ring_bytes(static_cast<double>(element_bytes) * static_cast<double>(total), size_);
   return queue(op);
 }
 

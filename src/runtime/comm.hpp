@@ -55,6 +55,11 @@ class Comm {
   // Ranks of this job on this host, from the launcher's environment before MPI starts (1
   // without a launcher): the thread pool divides the cores by it.
   static int ranks_on_this_host_from_env();
+  // Splits this communicator (a collective over it): the ranks passing the same `color` form a
+  // new one, ordered by `key`; `name` says what the group is in messages ("replica 1"). A group
+  // of one has no MPI communicator: it behaves exactly like local(). Destroy every split
+  // communicator before shutdown().
+  std::unique_ptr<Comm> split(int color, int key, const std::string& name);
   // Finalises MPI after a clean run (all ranks call it). A no-op without MPI.
   static void shutdown();
   // Ends the whole job with `code`: MPI_Abort under MPI (the launcher kills the other ranks),
@@ -88,6 +93,9 @@ class Comm {
   // Every rank's `mine` (counts[r] floats from rank r), concatenated rank-major into `all`.
   OpId start_allgather(std::span<const float> mine, std::span<float> all, std::vector<int> counts,
                        std::string what);
+  // The same for raw bytes (e.g. encoded outer gradients).
+  OpId start_allgather_bytes(std::span<const uint8_t> mine, std::span<uint8_t> all,
+                             std::vector<int> counts, std::string what);
   OpId start_broadcast(std::span<std::byte> data, int root, std::string what);
   void wait(OpId id);
   void wait_all();
@@ -109,12 +117,18 @@ class Comm {
  private:
   struct Engine;
   explicit Comm(bool join_launcher);
+  // A split communicator: `engine` null for a group of one.
+  Comm(Engine* engine, std::string name, int world_rank, CommProgress mode);
+  OpId start_allgather_typed(const void* mine, size_t mine_count, void* all, size_t all_count,
+                             size_t element_bytes, std::vector<int> counts, std::string what);
   void init_mpi();
   OpId queue(CommOp* op);  // takes ownership
   std::string wait_name(OpId id);
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<std::string> hosts_;
+  std::string name_;    // of a split communicator; empty for the world and local()
+  int world_rank_ = 0;  // this process's rank in the world (split communicators)
   CommProgress mode_ = CommProgress::kThread;
   double timeout_s_ = 600;
   std::unique_ptr<Engine> engine_;  // null in a world of one

@@ -16,7 +16,8 @@ namespace nanogpt {
 
 std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt& model,
                              GptOptimizer& optimizer, const TokenLoader& loader, double train_loss,
-                             double val_loss, const nlohmann::json& tokenizer) {
+                             double val_loss, const nlohmann::json& tokenizer,
+                             const OuterCheckpoint& outer) {
   const Config& c = model.config();
   CheckpointContents cc;
   cc.model = model_tensors(model);
@@ -33,6 +34,37 @@ std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt
       {"data_position", {{"shard", pos.shard}, {"pos", pos.pos}, {"epoch", pos.epoch}}},
       {"seed", c.seed}};
   cc.optimizer_metadata["train_state"] = state.dump();
+  // DiLoCo: the outer state, and the other replicas' models and inner optimizers.
+  std::vector<StreamingDiloco::StateTensor> outer_state;
+  std::vector<float> replicas_flat;
+  if (outer.outer != nullptr) {
+    outer_state = outer.outer->export_state(model.params());  // a collective in the replica
+    for (const auto& st : outer_state) cc.optimizer.push_back({st.name, st.shape, st.data.data()});
+    cc.optimizer_metadata["outer_schedule"] = outer.outer->schedule_json();
+    const int M = outer.across->size();
+    if (M > 1 && outer.replica_root) {
+      std::vector<float> mine(model.params().values().begin(), model.params().values().end());
+      for (const auto& st : opt_state) mine.insert(mine.end(), st.data.begin(), st.data.end());
+      replicas_flat.resize(mine.size() * static_cast<size_t>(M));
+      outer.across->wait(outer.across->start_allgather(
+          mine, replicas_flat,
+          std::vector<int>(static_cast<size_t>(M), static_cast<int>(mine.size())),
+          "replica states for the checkpoint"));
+      const size_t per = mine.size();
+      for (int r = 1; r < M; ++r) {
+        const float* base = replicas_flat.data() + static_cast<size_t>(r) * per;
+        const std::string prefix = "replica" + std::to_string(r) + "/";
+        for (const ParamTensor& t : model.params().tensors()) {
+          cc.optimizer.push_back({prefix + "model/" + t.name, t.shape, base + t.offset});
+        }
+        size_t at = model.params().size();
+        for (const auto& st : opt_state) {
+          cc.optimizer.push_back({prefix + st.name, st.shape, base + at});
+          at += st.data.size();
+        }
+      }
+    }
+  }
   cc.meta = {
       {"step", step},
       {"train_loss", train_loss},
@@ -41,6 +73,8 @@ std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt
       {"revision", build_revision()}};
   size_t bytes = model.params().size() * sizeof(float);
   for (const auto& st : opt_state) bytes += st.data.size() * sizeof(float);
+  for (const auto& st : outer_state) bytes += st.data.size() * sizeof(float);
+  bytes += replicas_flat.size() * sizeof(float);
   if (!optimizer.comm().is_root()) {
     return (std::filesystem::path(run_dir) / "checkpoints" / checkpoint_dir_name(step)).string();
   }
@@ -49,7 +83,7 @@ std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt
 }
 
 int64_t load_train_state(const std::string& checkpoint, Gpt& model, GptOptimizer& optimizer,
-                         TokenLoader& loader) {
+                         TokenLoader& loader, const OuterCheckpoint& outer) {
   Config saved = read_checkpoint_config(checkpoint);
   if (config_to_json(saved) != config_to_json(model.config())) {
     throw InputError("--resume: the configuration differs from the checkpoint's ('" + checkpoint +
@@ -58,7 +92,30 @@ int64_t load_train_state(const std::string& checkpoint, Gpt& model, GptOptimizer
   load_model_weights(model, checkpoint);
   SafetensorsReader opt(checkpoint + "/optimizer.safetensors");
   std::vector<GptOptimizer::StateTensor> opt_state = optimizer.state_layout();
-  for (auto& st : opt_state) st.data = opt.read_f32(st.name, st.shape);
+  const std::string prefix = outer.outer != nullptr && outer.replica > 0
+                                 ? "replica" + std::to_string(outer.replica) + "/"
+                                 : "";
+  if (outer.outer != nullptr) {
+    if (!opt.contains("outer/global/" + model.params().tensors().front().name)) {
+      throw InputError("--resume: '" + checkpoint +
+                       "' was not written by a DiLoCo run (no outer state); resume it with "
+                       "sync = \"ddp\"");
+    }
+    outer.outer->set_schedule_json(opt.metadata_value("outer_schedule"));
+    std::vector<StreamingDiloco::StateTensor> outer_state =
+        outer.outer->state_layout(model.params());
+    for (auto& st : outer_state) st.data = opt.read_f32(st.name, st.shape);
+    outer.outer->import_state(outer_state);
+    if (!prefix.empty()) {
+      // This replica's own parameters replace replica 0's, read above.
+      for (const ParamTensor& t : model.params().tensors()) {
+        const std::vector<float> v = opt.read_f32(prefix + "model/" + t.name, t.shape);
+        std::copy(v.begin(), v.end(),
+                  model.params().values().begin() + static_cast<std::ptrdiff_t>(t.offset));
+      }
+    }
+  }
+  for (auto& st : opt_state) st.data = opt.read_f32(prefix + st.name, st.shape);
   optimizer.import_state(opt_state);
   auto state = nlohmann::json::parse(opt.metadata_value("train_state"));
   optimizer.set_adam_steps(state.at("adam_steps").get<int64_t>());

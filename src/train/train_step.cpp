@@ -29,11 +29,13 @@ std::string first_non_finite(const Gpt& model) {
 }  // namespace
 
 double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32_t> inputs,
-                      std::span<const int32_t> targets, int64_t step, int64_t window_blocks) {
+                      std::span<const int32_t> targets, int64_t step, int64_t window_blocks,
+                      int replicas) {
   const Config& c = model.config();
   const int64_t T = c.train_seq_len;
   Comm& comm = optimizer.comm();
-  const int64_t local_tokens = c.tokens_per_step / comm.size();
+  const int64_t group_tokens = c.tokens_per_step / replicas;
+  const int64_t local_tokens = group_tokens / comm.size();
   if (static_cast<int64_t>(inputs.size()) != local_tokens || targets.size() != inputs.size()) {
     throw Error("run_train_step: a rank's batch must hold tokens_per_step / ranks (" +
                 std::to_string(local_tokens) + ") inputs and targets, got " +
@@ -41,7 +43,7 @@ double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32
   }
   const int64_t seqs = local_tokens / T;
   const int64_t per_pass = c.sequences_per_pass(T);
-  const float loss_scale = 1.0f / static_cast<float>(c.tokens_per_step);
+  const float loss_scale = 1.0f / static_cast<float>(group_tokens);
   model.zero_grads();
   double loss_sum = 0;
   for (int64_t s = 0; s < seqs; s += per_pass) {
@@ -57,7 +59,7 @@ double run_train_step(Gpt& model, GptOptimizer& optimizer, std::span<const int32
   }
   // Every rank's sum, so every rank sees the same loss and stops on the same divergence.
   loss_sum = comm.sum(loss_sum, "training loss");
-  const double loss = loss_sum / static_cast<double>(c.tokens_per_step);
+  const double loss = loss_sum / static_cast<double>(group_tokens);
   if (!std::isfinite(loss)) {
     throw Error("training diverged at step " + std::to_string(step + 1) + ": loss is " +
                 std::to_string(loss) + "; first non-finite tensor: " + first_non_finite(model) +

@@ -8,11 +8,13 @@
 #include <csignal>
 #include <cstdio>
 #include <limits>
+#include <memory>
 
 #include "data/token_loader.hpp"
 #include "model/gpt.hpp"
 #include "optim/gpt_optimizer.hpp"
 #include "optim/schedule.hpp"
+#include "optim/streaming_diloco.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
@@ -21,6 +23,7 @@
 #include "train/attention_window.hpp"
 #include "train/evaluate.hpp"
 #include "train/rank_agreement.hpp"
+#include "train/replica_comms.hpp"
 #include "train/run_directory.hpp"
 #include "train/shard_meta.hpp"
 #include "train/train_state.hpp"
@@ -120,6 +123,13 @@ TrainResult train(const TrainOptions& options) {
                      std::to_string(c.tokens_per_step / c.train_seq_len) + " sequences");
   }
   comm.set_progress_mode(c.comm_thread ? CommProgress::kThread : CommProgress::kPoll);
+  ReplicaComms comms(comm, c);
+  const bool diloco = comms.across() != nullptr;
+  if (diloco) {
+    // An outer sync travels while whole inner steps run: a thread keeps it moving (it sleeps
+    // when nothing is in flight), where the backward's polls would only reach the replica's.
+    comms.across()->set_progress_mode(CommProgress::kThread);
+  }
   g_stop.store(false);
   const SignalScope signals(Comm::launched_by_mpi());
   const RunDirectory run(options.run_dir);
@@ -158,7 +168,14 @@ TrainResult train(const TrainOptions& options) {
                              {"--resume", options.resume ? "yes" : "no"},
                              {"--max-steps", std::to_string(options.max_steps)}});
   }
-  GptOptimizer optimizer(model.params(), c, model.precision(), comm, model.gradient_ready_stages());
+  GptOptimizer optimizer(model.params(), c, model.precision(), comms.replica(),
+                         model.gradient_ready_stages());
+  std::unique_ptr<StreamingDiloco> outer;
+  OuterCheckpoint outer_ckpt;
+  if (diloco) {
+    outer = std::make_unique<StreamingDiloco>(model.params(), c, comms.replica(), *comms.across());
+    outer_ckpt = {outer.get(), comms.across(), comms.replica_index(), comms.replica().is_root()};
+  }
 
   int64_t start_step = 0;
   if (options.resume) {
@@ -169,7 +186,7 @@ TrainResult train(const TrainOptions& options) {
     }
     // Every rank reads the same checkpoint (RUN_DIR on a filesystem they share).
     check_ranks_agree(comm, {{"the checkpoint to resume", ckpt}});
-    start_step = load_train_state(ckpt, model, optimizer, loader);
+    start_step = load_train_state(ckpt, model, optimizer, loader, outer_ckpt);
     if (root) run.truncate_metrics(start_step);
     if (start_step >= c.num_iterations) {
       if (root) {
@@ -212,6 +229,15 @@ TrainResult train(const TrainOptions& options) {
                      ? "a communication thread per rank"
                      : "communication polled by the backward");
   }
+  if (root && diloco) {
+    std::fprintf(stderr,
+                 "%s: %d replicas of %d ranks; %lld fragments (%s), outer step every %lld inner "
+                 "steps, delay %lld, merge alpha %g, %d-bit outer gradients\n",
+                 c.sync.c_str(), comms.replicas(), comms.replica().size(),
+                 static_cast<long long>(c.outer_fragments()), c.fragment_order.c_str(),
+                 static_cast<long long>(c.sync_every), static_cast<long long>(c.outer_sync_delay()),
+                 c.outer_merge_alpha(), c.outer_bits());
+  }
 
   const int64_t N = c.num_iterations;
   const bool live = root && options.live_line && ::isatty(STDERR_FILENO) == 1;
@@ -227,7 +253,7 @@ TrainResult train(const TrainOptions& options) {
   while (step < N) {
     const int64_t W = attention_window_at(c, step);
     auto t0 = std::chrono::steady_clock::now();
-    comm.reset_stats();
+    comms.reset_stats();
     {
       ProfileScope scope("train_step", "train_step", {c.tokens_per_step, W}, 0, 0);
       {
@@ -236,9 +262,17 @@ TrainResult train(const TrainOptions& options) {
                           10.0 * static_cast<double>(c.tokens_per_step));
         loader.next(inputs, targets);
       }
-      train_loss = run_train_step(model, optimizer, inputs, targets, step, W);
+      train_loss = run_train_step(model, optimizer, inputs, targets, step, W, comms.replicas());
     }
     ++step;
+    const bool last = step == N;
+    std::vector<int> outer_started;
+    if (outer) {
+      outer_started = outer->after_inner_step(model.params(), step);
+      if (last) outer->finish(model.params(), step);
+      // The replicas' mean (each rank holds its replica's loss).
+      train_loss = comm.sum(train_loss, "training loss") / comm.size();
+    }
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train_seconds += step_s;
@@ -254,16 +288,22 @@ TrainResult train(const TrainOptions& options) {
     m["window_blocks"] = W;
     m["step_s"] = step_s;
     m["tokens_per_s"] = static_cast<double>(c.tokens_per_step) / step_s;
+    // Rank 0's: the bytes it sent (every mode, 0 in a single process), the time its compute
+    // waited for communication, and what was in flight meanwhile.
+    const CommStats cs = comms.stats();
+    m["comm_bytes"] = cs.bytes_sent;
     if (comm.distributed()) {
-      // Rank 0's: time its compute waited for communication, and what was in flight meanwhile.
-      const CommStats cs = comm.stats();
       m["comm_exposed_s"] = cs.waited_s;
       m["comm_hidden_s"] = cs.hidden_s();
-      m["comm_bytes_sent"] = cs.bytes_sent;
     }
-    const bool last = step == N;
+    if (!outer_started.empty()) m["outer_sync_fragments"] = outer_started;
     if (last || (c.val_loss_every > 0 && step % c.val_loss_every == 0)) {
-      last_val = evaluate(model, options.val_pattern, c.val_tokens, c.val_seq_len, W, comm).loss;
+      // DiLoCo: each replica evaluates its own parameters on the whole validation set; the
+      // value is their mean (at the end they are all θ_global).
+      last_val =
+          evaluate(model, options.val_pattern, c.val_tokens, c.val_seq_len, W, comms.replica())
+              .loss;
+      if (diloco) last_val = comm.sum(last_val, "validation loss") / comm.size();
       m["val_loss"] = last_val;
     }
     if (root) run.append_metrics(m);
@@ -282,7 +322,7 @@ TrainResult train(const TrainOptions& options) {
                           (options.max_steps > 0 && result.steps_run >= options.max_steps);
     if (last || stopping || (c.checkpoint_every > 0 && step % c.checkpoint_every == 0)) {
       result.last_checkpoint = save_train_state(options.run_dir, step, model, optimizer, loader,
-                                                train_loss, last_val, tokenizer);
+                                                train_loss, last_val, tokenizer, outer_ckpt);
     }
     if (stopping && !last) {
       if (live) std::fputc('\n', stderr);

@@ -11,11 +11,14 @@
 #include <numeric>
 
 #include "optim/gpt_optimizer.hpp"
+#include "optim/outer_grad_codec.hpp"
+#include "optim/streaming_diloco.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/random.hpp"
 #include "support/fixtures.hpp"
 #include "support/model.hpp"
 #include "train/evaluate.hpp"
+#include "train/replica_comms.hpp"
 #include "train/train_step.hpp"
 
 namespace nanogpt {
@@ -284,6 +287,231 @@ TEST(DataParallel, ValidationOnRanksEqualsOneProcess) {
   EXPECT_NEAR(dist.loss, one.loss, 1e-12 * std::fabs(one.loss));
   world().barrier("evaluated");
   if (world().is_root()) std::filesystem::remove_all(dir);
+}
+
+// ---- DiLoCo and Streaming DiLoCo -------------------------------------------------------------
+
+// Batch `step` of the synthetic stream: global batch B, rank `part` of `parts` takes its slice.
+void slice_batch(const std::vector<uint32_t>& stream, size_t B, int step, int part, int parts,
+                 std::vector<int32_t>& in, std::vector<int32_t>& tgt) {
+  const size_t local = B / static_cast<size_t>(parts);
+  const size_t first = static_cast<size_t>(step) * B + local * static_cast<size_t>(part);
+  in.resize(local);
+  tgt.resize(local);
+  for (size_t i = 0; i < local; ++i) {
+    in[i] = static_cast<int32_t>(stream[first + i]);
+    tgt[i] = static_cast<int32_t>(stream[first + i + 1]);
+  }
+}
+
+// What the trainer does, on the world: the ranks split into replicas, each trains its slices
+// with its inner optimizer and the outer loop runs after every step. Returns this rank's
+// parameters after each step.
+std::vector<std::vector<float>> diloco_run(const Config& c, int steps) {
+  ReplicaComms comms(world(), c);
+  Gpt model(c);
+  model.init_parameters(static_cast<uint64_t>(c.seed));
+  GptOptimizer opt(model.params(), c, model.precision(), comms.replica(),
+                   model.gradient_ready_stages());
+  StreamingDiloco outer(model.params(), c, comms.replica(), *comms.across());
+  const auto B = static_cast<size_t>(c.tokens_per_step);
+  const std::vector<uint32_t> stream = synthetic_tokens(static_cast<size_t>(steps) * B + 1, 3);
+  std::vector<int32_t> in, tgt;
+  std::vector<std::vector<float>> after;
+  for (int s = 0; s < steps; ++s) {
+    slice_batch(stream, B, s, world().rank(), world().size(), in, tgt);
+    run_train_step(model, opt, in, tgt, s, 2, comms.replicas());
+    outer.after_inner_step(model.params(), s + 1);
+    if (s + 1 == steps) outer.finish(model.params(), s + 1);
+    after.emplace_back(model.params().values().begin(), model.params().values().end());
+  }
+  return after;
+}
+
+// The algorithm written as a plain loop over M replicas in one process, from the paper's
+// description: every replica steps, then fragments whose delay ended merge
+// θ_r ← α·θ_r + (1−α)·θ_g, then fragments due average Δ_r = θ_g − θ_r (each rounded through the
+// wire format) and take the Nesterov step on θ_g; at the end, a fragment that moved since its
+// last sync takes one more outer step and every replica takes θ_g. Returns replica `which`'s
+// parameters after each step.
+std::vector<std::vector<float>> diloco_reference(const Config& c, int steps, int which) {
+  const int M = world().size();  // one replica per rank
+  const int64_t P = c.outer_fragments(), H = c.sync_every, tau = c.outer_sync_delay();
+  const auto alpha = static_cast<float>(c.outer_merge_alpha());
+  const auto lr = static_cast<float>(c.outer_lr), mu = static_cast<float>(c.outer_momentum);
+  std::vector<std::unique_ptr<Gpt>> models;
+  std::vector<std::unique_ptr<GptOptimizer>> opts;
+  for (int r = 0; r < M; ++r) {
+    models.push_back(std::make_unique<Gpt>(c));
+    models.back()->init_parameters(static_cast<uint64_t>(c.seed));
+    opts.push_back(
+        std::make_unique<GptOptimizer>(models.back()->params(), c, models.back()->precision()));
+  }
+  const std::vector<OuterFragment> frags =
+      plan_fragments(models[0]->params().tensors(), c.num_layers, P, c.fragment_order);
+  std::vector<float> global(models[0]->params().values().begin(),
+                            models[0]->params().values().end());
+  std::vector<float> momentum(global.size(), 0.0f);
+  std::vector<int64_t> merge_at(static_cast<size_t>(P), -1), last(static_cast<size_t>(P), 0);
+  auto elements = [&](size_t p) {
+    std::vector<size_t> idx;
+    for (const ParamRun& run : frags[p].runs)
+      for (size_t i = 0; i < run.count; ++i) idx.push_back(run.offset + i);
+    return idx;
+  };
+  auto merge = [&](size_t p, float a) {
+    for (int r = 0; r < M; ++r) {
+      float* th = models[static_cast<size_t>(r)]->params().values().data();
+      for (size_t i : elements(p)) th[i] = a == 0 ? global[i] : a * th[i] + (1.0f - a) * global[i];
+    }
+  };
+  auto outer_step = [&](size_t p) {
+    const std::vector<size_t> idx = elements(p);
+    std::vector<float> sum(idx.size(), 0.0f);
+    for (int r = 0; r < M; ++r) {
+      const float* th = models[static_cast<size_t>(r)]->params().values().data();
+      std::vector<float> delta(idx.size());
+      for (size_t k = 0; k < idx.size(); ++k) delta[k] = global[idx[k]] - th[idx[k]];
+      std::vector<uint8_t> wire(outer_grad_encoded_bytes(delta.size(), c.outer_bits()));
+      encode_outer_grad(delta, c.outer_bits(), wire, "reference");
+      decode_add_outer_grad(wire, c.outer_bits(), sum);
+    }
+    for (size_t k = 0; k < idx.size(); ++k) {
+      const float d = sum[k] / static_cast<float>(M);
+      momentum[idx[k]] = mu * momentum[idx[k]] + d;
+      global[idx[k]] -= lr * (d + mu * momentum[idx[k]]);
+    }
+  };
+  const auto B = static_cast<size_t>(c.tokens_per_step);
+  const std::vector<uint32_t> stream = synthetic_tokens(static_cast<size_t>(steps) * B + 1, 3);
+  std::vector<int32_t> in, tgt;
+  std::vector<std::vector<float>> after;
+  for (int t = 1; t <= steps; ++t) {
+    for (int r = 0; r < M; ++r) {
+      slice_batch(stream, B, t - 1, r, M, in, tgt);
+      run_train_step(*models[static_cast<size_t>(r)], *opts[static_cast<size_t>(r)], in, tgt, t - 1,
+                     2, M);
+    }
+    for (size_t p = 0; p < static_cast<size_t>(P); ++p) {
+      if (merge_at[p] == t) {
+        merge(p, alpha);
+        merge_at[p] = -1;
+      }
+    }
+    for (size_t p = 0; p < static_cast<size_t>(P); ++p) {
+      const int64_t offset = static_cast<int64_t>(p) * H / P;
+      if (t < std::max<int64_t>(1, offset) || (t - offset) % H != 0) continue;
+      outer_step(p);
+      last[p] = t;
+      if (tau == 0) {
+        merge(p, alpha);
+      } else {
+        merge_at[p] = t + tau;
+      }
+    }
+    if (t == steps) {
+      for (size_t p = 0; p < static_cast<size_t>(P); ++p) {
+        if (merge_at[p] >= 0) merge(p, alpha);
+        if (last[p] < t) outer_step(p);
+        merge(p, 0.0f);
+      }
+    }
+    const auto& v = models[static_cast<size_t>(which)]->params().values();
+    after.emplace_back(v.begin(), v.end());
+  }
+  return after;
+}
+
+Config diloco_config() {
+  Config c = dp_config(PrecisionSetting::kFp32);
+  c.sync = "diloco";
+  c.sync_every = 3;
+  c.outer_grad_bits = 32;
+  return c;
+}
+
+double max_abs_difference(std::span<const float> a, std::span<const float> b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - double{b[i]}));
+  return m;
+}
+
+void expect_matches_reference(const Config& c, int steps, const char* what) {
+  const auto dist = diloco_run(c, steps);
+  const auto ref = diloco_reference(c, steps, world().rank());
+  ASSERT_EQ(dist.size(), ref.size());
+  for (size_t s = 0; s < dist.size(); ++s) {
+    EXPECT_EQ(differing_bits(dist[s], ref[s]), 0u)
+        << what << ", step " << s + 1 << ": max |difference| "
+        << max_abs_difference(dist[s], ref[s]);
+  }
+  // Every replica ends on θ_global, the same everywhere.
+  std::vector<float> first = dist.back();
+  std::vector<float> all(first.size() * static_cast<size_t>(world().size()));
+  world().wait(world().start_allgather(
+      first, all,
+      std::vector<int>(static_cast<size_t>(world().size()), static_cast<int>(first.size())),
+      "final parameters"));
+  for (int r = 1; r < world().size(); ++r) {
+    EXPECT_EQ(differing_bits(std::span<const float>(all).subspan(0, first.size()),
+                             std::span<const float>(all).subspan(r * first.size(), first.size())),
+              0u)
+        << what << ": replica " << r << " ends elsewhere than replica 0";
+  }
+}
+
+// DiLoCo (P = 1, τ = 0, float32 outer gradients) against the plain loop, over 8 steps with an
+// outer step every 3 (and a final one for the 2 steps after the last).
+TEST(Diloco, OuterStepMatchesAPlainLoopReference) {
+  expect_matches_reference(diloco_config(), 8, "diloco");
+}
+
+// Streaming: 2 fragments (strided) leaving 2 steps apart, applied a step later with α = 0.5,
+// 4-bit outer gradients; the parameters match the reference schedule after every step.
+TEST(Diloco, StreamingMatchesItsReferenceScheduleStepByStep) {
+  Config c = diloco_config();
+  c.sync = "streaming_diloco";
+  c.fragments = 2;
+  c.sync_every = 4;
+  c.outer_grad_bits = 4;
+  ASSERT_EQ(c.outer_sync_delay(), 1);
+  ASSERT_EQ(c.outer_merge_alpha(), 0.5);
+  expect_matches_reference(c, 10, "streaming 4-bit");
+  c.fragments = 3;
+  c.sync_every = 6;
+  c.fragment_order = "sequential";
+  c.outer_grad_bits = 8;
+  c.sync_delay = 0;
+  expect_matches_reference(c, 8, "streaming sequential 8-bit, no delay");
+}
+
+// One replica of all the ranks, an outer step after every inner step with lr 1 and no momentum:
+// θ_global − 1·(θ_global − θ_local) is θ_local (exactly, unless the subtraction rounds), so the
+// run is the data-parallel trainer's.
+TEST(Diloco, OneReplicaWithUnitOuterStepEqualsDataParallel) {
+  Config c = diloco_config();
+  c.replicas = 1;
+  c.sync_every = 1;
+  c.outer_lr = 1;
+  c.outer_momentum = 0;
+  const int steps = 6;
+  const auto dist = diloco_run(c, steps);
+  Config ddp = dp_config(PrecisionSetting::kFp32);
+  const Trained plain = train_steps(ddp, world(), steps);
+  const double diff = max_abs_difference(dist.back(), plain.params);
+  EXPECT_LE(diff, 1e-6) << "DiLoCo(M=1, H=1, lr=1, mu=0) vs data-parallel";
+  if (world().is_root()) {
+    std::printf(
+        "[ ranks %d ] DiLoCo M=1 vs data-parallel after %d steps: %zu parameters differ, "
+        "max |difference| %.3g\n",
+        world().size(), steps, differing_bits(dist.back(), plain.params), diff);
+  }
+}
+
+TEST(Diloco, ReplicasMustDivideTheRanks) {
+  Config c = diloco_config();
+  c.replicas = world().size() + 1;
+  EXPECT_THROW(ReplicaComms(world(), c), InputError);
 }
 
 }  // namespace
