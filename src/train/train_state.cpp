@@ -75,7 +75,8 @@ std::string save_train_state(const std::string& run_dir, int64_t step, const Gpt
   for (const auto& st : opt_state) bytes += st.data.size() * sizeof(float);
   for (const auto& st : outer_state) bytes += st.data.size() * sizeof(float);
   bytes += replicas_flat.size() * sizeof(float);
-  if (!optimizer.comm().is_root()) {
+  const bool writes = outer.outer != nullptr ? outer.world_root : optimizer.comm().is_root();
+  if (!writes) {
     return (std::filesystem::path(run_dir) / "checkpoints" / checkpoint_dir_name(step)).string();
   }
   ProfileScope scope("checkpoint", "checkpoint.write", {step}, 0, static_cast<double>(bytes));

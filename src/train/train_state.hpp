@@ -28,6 +28,7 @@ struct OuterCheckpoint {
   Comm* across = nullptr;  // the ranks with this rank's index in every replica
   int replica = 0;         // this rank's replica
   bool replica_root = false;
+  bool world_root = false;  // the one rank that writes (every replica has a root of its own)
 };
 
 // Writes RUN_DIR/checkpoints/step_NNNNNN (complete or not at all) after `step` steps; returns

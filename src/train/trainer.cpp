@@ -174,7 +174,8 @@ TrainResult train(const TrainOptions& options) {
   OuterCheckpoint outer_ckpt;
   if (diloco) {
     outer = std::make_unique<StreamingDiloco>(model.params(), c, comms.replica(), *comms.across());
-    outer_ckpt = {outer.get(), comms.across(), comms.replica_index(), comms.replica().is_root()};
+    outer_ckpt = {outer.get(), comms.across(), comms.replica_index(), comms.replica().is_root(),
+                  root};
   }
 
   int64_t start_step = 0;

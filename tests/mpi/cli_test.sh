@@ -87,6 +87,45 @@ else
   fail "mismatched configurations: exit $code, output: $out"
 fi
 
+# 4. Streaming DiLoCo (2 replicas, 2 fragments leaving 2 steps apart, delay 1, 4-bit): stopped
+# after step 4, with fragment 0's outer step in flight, and resumed, it is bitwise the
+# uninterrupted run, checkpoint files included; a resume on another layout is refused; every
+# metrics line has comm_bytes, and only sync steps send the outer gradients.
+DL=(--set sync=streaming_diloco --set fragments=2 --set sync_every=4 --set num_iterations=7)
+train 2 "$WORK/dl_full" "${DL[@]}" >/dev/null 2>&1 || fail "streaming DiLoCo run"
+train 2 "$WORK/dl_part" "${DL[@]}" --max-steps 4 >/dev/null 2>&1 || fail "streaming DiLoCo to step 4"
+cp -r "$WORK/dl_part" "$WORK/dl_other"
+train 2 "$WORK/dl_part" "${DL[@]}" --resume >/dev/null 2>&1 || fail "streaming DiLoCo resume"
+if [ "$(losses "$WORK/dl_full/metrics.jsonl")" = "$(losses "$WORK/dl_part/metrics.jsonl")" ] &&
+   cmp -s "$WORK/dl_full/checkpoints/step_000007/model.safetensors" \
+          "$WORK/dl_part/checkpoints/step_000007/model.safetensors" &&
+   cmp -s "$WORK/dl_full/checkpoints/step_000007/optimizer.safetensors" \
+          "$WORK/dl_part/checkpoints/step_000007/optimizer.safetensors"; then
+  pass "a streaming DiLoCo resume is bitwise the uninterrupted run"
+else
+  fail "a streaming DiLoCo resume differs from the uninterrupted run"
+fi
+out=$(train 3 "$WORK/dl_other" "${DL[@]}" --resume 2>&1)
+code=$?
+if [ $code -ne 0 ] && grep -q "resumes on the same layout" <<<"$out"; then
+  pass "a DiLoCo checkpoint is refused on another layout (exit $code)"
+else
+  fail "DiLoCo resume on 3 ranks: exit $code, output: $(tail -3 <<<"$out")"
+fi
+if python3 - "$WORK/dl_full/metrics.jsonl" "$WORK/full1/metrics.jsonl" <<'PY'
+import json, sys
+dl = [json.loads(l) for l in open(sys.argv[1])]
+one = [json.loads(l) for l in open(sys.argv[2])]
+assert all("comm_bytes" in m for m in dl + one), "comm_bytes missing"
+assert all(m["comm_bytes"] == 0 for m in one), "a single process sent bytes"
+syncs = [m["step"] for m in dl if "outer_sync_fragments" in m]
+assert syncs == [2, 4, 6], syncs
+big = [m["step"] for m in dl if m["comm_bytes"] > 1000]
+assert big == [2, 4, 6, 7], big  # 7: the final sync
+PY
+then pass "metrics carry comm_bytes; outer gradients travel only at sync steps"
+else fail "DiLoCo metrics"; fi
+
 LONG=(--set num_iterations=100000)
 start_long() {  # out -> pid of mpirun; waits for two metrics lines
   "${MPIRUN[@]}" -np 2 "$@" "$NANOGPT" train "${SETS[@]}" "${LONG[@]}" --out "$OUT" \
@@ -114,7 +153,7 @@ wait_job() {  # seconds -> exit code of mpirun (124: still running)
   return 124
 }
 
-# 4. A killed rank ends the job, non-zero, naming it.
+# 5. A killed rank ends the job, non-zero, naming it.
 OUT=$WORK/killed
 start_long || fail "the long run did not start"
 kill -KILL "$(rank_pid 1)"
@@ -126,7 +165,7 @@ else
   fail "killed rank: exit $code; log: $(tail -5 "$OUT.log")"
 fi
 
-# 5. A hung rank (stopped) ends the job after NANOGPT_COMM_TIMEOUT, non-zero, with a message.
+# 6. A hung rank (stopped) ends the job after NANOGPT_COMM_TIMEOUT, non-zero, with a message.
 OUT=$WORK/hung
 start_long -x NANOGPT_COMM_TIMEOUT=5 || fail "the long run did not start"
 hung=$(rank_pid 1)
@@ -155,9 +194,9 @@ stops_with_checkpoint() {  # signal what expected-exit ("any": mpirun's own code
     fail "$2: exit $code, $steps steps, checkpoints: $(ls "$OUT/checkpoints" 2>&1)"
   fi
 }
-# 6. SIGUSR1, which mpirun forwards to every rank: a clean exit 0.
+# 7. SIGUSR1, which mpirun forwards to every rank: a clean exit 0.
 stops_with_checkpoint USR1 SIGUSR1 0
-# 7. Ctrl-C: mpirun sends SIGCONT at once, SIGTERM after odls_base_sigkill_timeout (1 s) and
+# 8. Ctrl-C: mpirun sends SIGCONT at once, SIGTERM after odls_base_sigkill_timeout (1 s) and
 # SIGKILL 1 s later; a step this small and its checkpoint fit in that.
 stops_with_checkpoint INT Ctrl-C any
 
