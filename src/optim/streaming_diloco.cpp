@@ -274,6 +274,10 @@ void StreamingDiloco::set_schedule_json(const std::string& text) {
   }
 }
 
+double StreamingDiloco::sync_bytes(size_t p) const {
+  return static_cast<double>(shares_[p].send.size()) * (across_.size() - 1);
+}
+
 size_t StreamingDiloco::state_bytes() const {
   size_t b = 0;
   for (const Share& s : shares_) b += (s.global.capacity() + s.momentum.capacity()) * sizeof(float);

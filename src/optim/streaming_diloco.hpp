@@ -70,6 +70,9 @@ class StreamingDiloco {
 
   const std::vector<OuterFragment>& fragments() const { return plan_; }
   int replicas() const { return across_.size(); }
+  // Bytes this rank sends when fragment p synchronizes (its encoded share to the other
+  // replicas: (M − 1)·encoded bytes, as the ring all-gather sends).
+  double sync_bytes(size_t p) const;
   // Bytes of outer state on this rank (θ_global, momentum) and of its send and receive buffers.
   size_t state_bytes() const;
   size_t buffer_bytes() const;

@@ -238,6 +238,11 @@ TrainResult train(const TrainOptions& options) {
                  static_cast<long long>(c.outer_fragments()), c.fragment_order.c_str(),
                  static_cast<long long>(c.sync_every), static_cast<long long>(c.outer_sync_delay()),
                  c.outer_merge_alpha(), c.outer_bits());
+    for (size_t p = 0; p < outer->fragments().size(); ++p) {
+      const OuterFragment& f = outer->fragments()[p];
+      std::fprintf(stderr, "  fragment %zu: %zu tensors, %zu parameters, %.2f MB sent per sync\n",
+                   p, f.tensors.size(), f.numel, outer->sync_bytes(p) / 1e6);
+    }
   }
 
   const int64_t N = c.num_iterations;
