@@ -13,6 +13,7 @@
 #include "kernels/bf16.hpp"
 #include "kernels/fp8.hpp"
 #include "runtime/error.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 namespace {
@@ -144,6 +145,27 @@ TEST(OuterGradCodec, DecodeAddsIntoTheAccumulator) {
   decode_add_outer_grad(bytes, 4, acc);
   const std::vector<float> decoded = reference_decode(x, 4);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(acc[i], start[i] + decoded[i]) << i;
+}
+
+// Long inputs run in chunks on the pool: the bytes and sums are the same on any thread count,
+// and the chunked result is the definition's.
+TEST(OuterGradCodec, ChunkedOnThePoolAndThreadCountInvariant) {
+  std::mt19937 rng(10);
+  const std::vector<float> x = random_values(rng, 200003);
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<std::vector<float>> sums;
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    ThreadPool::Use use(pool);
+    bytes.emplace_back(outer_grad_encoded_bytes(x.size(), 4));
+    encode_outer_grad(x, 4, bytes.back(), "test");
+    sums.emplace_back(x.size(), 0.0f);
+    decode_add_outer_grad(bytes.back(), 4, sums.back());
+  }
+  EXPECT_EQ(bytes[0], bytes[1]);
+  EXPECT_EQ(bytes[0], bytes[2]);
+  EXPECT_EQ(sums[0], sums[2]);
+  EXPECT_EQ(sums[0], reference_decode(x, 4));
 }
 
 TEST(OuterGradCodec, ZerosAndExtremes) {

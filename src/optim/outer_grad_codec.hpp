@@ -10,7 +10,8 @@
 // exact both ways (a multiply by a power of two). A block of zeros has the smallest scale.
 // The values are decoded into float32 and summed there (decode_add): the receiver adds every
 // sender's exactly decoded values, so precision is lost once, at the sender's encode, never at
-// a hop of a reduction.
+// a hop of a reduction. Both run on the thread pool in chunks fixed by the element count
+// (optim/elementwise.hpp), so the bytes and sums do not depend on the number of threads.
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "optim/elementwise.hpp"
 #include "optim/outer_grad_codec.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
@@ -68,7 +69,11 @@ void StreamingDiloco::start(size_t p, const ParameterSet& params, int64_t steps_
                      static_cast<double>(s.send.size()));
   scratch_.resize(s.count);
   pack(s, params.values().data(), scratch_.data());
-  for (size_t i = 0; i < s.count; ++i) scratch_[i] = s.global[i] - scratch_[i];
+  for_each_chunk(static_cast<int64_t>(s.count), [&](int64_t, int64_t b, int64_t e) {
+    for (auto i = static_cast<size_t>(b); i < static_cast<size_t>(e); ++i) {
+      scratch_[i] = s.global[i] - scratch_[i];
+    }
+  });
   encode_outer_grad(scratch_, bits_, s.send, fragment_name(p).c_str());
   std::vector<int> counts(static_cast<size_t>(across_.size()), static_cast<int>(s.send.size()));
   s.op = across_.start_allgather_bytes(s.send, s.recv, std::move(counts),
@@ -97,11 +102,13 @@ void StreamingDiloco::complete(size_t p) {
   const auto M = static_cast<float>(across_.size());
   const auto lr = static_cast<float>(config_.outer_lr);
   const auto mu = static_cast<float>(config_.outer_momentum);
-  for (size_t i = 0; i < s.count; ++i) {
-    const float delta = scratch_[i] / M;
-    s.momentum[i] = mu * s.momentum[i] + delta;
-    s.global[i] -= lr * (delta + mu * s.momentum[i]);
-  }
+  for_each_chunk(static_cast<int64_t>(s.count), [&](int64_t, int64_t b, int64_t e) {
+    for (auto i = static_cast<size_t>(b); i < static_cast<size_t>(e); ++i) {
+      const float delta = scratch_[i] / M;
+      s.momentum[i] = mu * s.momentum[i] + delta;
+      s.global[i] -= lr * (delta + mu * s.momentum[i]);
+    }
+  });
   s.completed = true;
 }
 
@@ -117,7 +124,11 @@ void StreamingDiloco::merge(size_t p, ParameterSet& params, double alpha) {
   } else {
     pack(s, values, scratch_.data());
     const auto a = static_cast<float>(alpha);
-    for (size_t i = 0; i < s.count; ++i) scratch_[i] = a * scratch_[i] + (1.0f - a) * s.global[i];
+    for_each_chunk(static_cast<int64_t>(s.count), [&](int64_t, int64_t b, int64_t e) {
+      for (auto i = static_cast<size_t>(b); i < static_cast<size_t>(e); ++i) {
+        scratch_[i] = a * scratch_[i] + (1.0f - a) * s.global[i];
+      }
+    });
   }
   const OuterFragment& f = plan_[p];
   const float* whole = scratch_.data();
