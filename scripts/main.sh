@@ -9,23 +9,9 @@ scripts/setup.sh build
 
 NANOGPT=build/nanogpt
 OUT=data/fortunes
-mkdir -p "$OUT"
-# Every fortune file; *.dat are indexes and *.u8 are symlinks to the same text.
-mapfile -t INPUTS < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' | sort)
-
-if [ -f "$OUT/tokenizer.json" ]; then
-  echo "tokenizer: $OUT/tokenizer.json exists, skipping"
-else
-  "$NANOGPT" tokenizer train --input "${INPUTS[@]}" --doc-separator % --vocab-size 8192 \
-    --output "$OUT/tokenizer.json"
-fi
-
-if [ -f "$OUT/shards/meta.json" ]; then
-  echo "shards: $OUT/shards/meta.json exists, skipping"
-else
-  "$NANOGPT" tokenize --tokenizer "$OUT/tokenizer.json" --input "${INPUTS[@]}" --doc-separator % \
-    --val-fraction 0.05 --output-dir "$OUT/shards"
-fi
+# Every fortune file (not the *.dat indexes or the *.u8 links) into an 8192-token BPE and
+# shards with 5% of the fortunes held out; parts that exist are kept.
+"$NANOGPT" prepare fortunes --out "$OUT"
 
 RUN=$OUT/run
 # A run with checkpoints resumes (a finished one returns at once).

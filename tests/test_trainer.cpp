@@ -65,6 +65,49 @@ TEST(Trainer, LearnsAndWritesRunArtifacts) {
   EXPECT_EQ(model->config().num_iterations, 30);
 }
 
+// The speedrun track's stop: the first validation at or below the target ends the run there,
+// with a checkpoint; the run's time counts its steps only.
+TEST(Trainer, StopsAtTheFirstValidationAtOrBelowTheTarget) {
+  TempDir data;
+  write_synthetic_shards(data.path());
+  TrainOptions full = options_for(data, data.path() + "/full");
+  full.config.num_iterations = 30;
+  full.config.val_loss_every = 5;
+  full.config.checkpoint_every = 0;
+  train(full);
+  // The target: halfway between the 2nd and 3rd validation losses of the full run.
+  std::vector<std::pair<int64_t, double>> vals;
+  const std::string text = read_file(full.run_dir + "/metrics.jsonl");
+  for (size_t pos = 0, end; pos < text.size(); pos = end + 1) {
+    end = text.find('\n', pos);
+    const auto j = nlohmann::json::parse(text.substr(pos, end - pos));
+    if (j.contains("val_loss"))
+      vals.emplace_back(j["step"].get<int64_t>(), j["val_loss"].get<double>());
+  }
+  ASSERT_GE(vals.size(), 3u);
+  ASSERT_GT(vals[1].second, vals[2].second) << "the loss should fall between validations";
+  TrainOptions o = options_for(data, data.path() + "/target");
+  o.config = full.config;
+  o.target_val_loss = (vals[1].second + vals[2].second) / 2;
+  const TrainResult r = train(o);
+  EXPECT_TRUE(r.reached_target);
+  EXPECT_FALSE(r.interrupted);
+  EXPECT_EQ(r.final_step, vals[2].first);
+  EXPECT_EQ(r.final_val_loss, vals[2].second);  // same seed: the same run up to there
+  EXPECT_EQ(r.trained_tokens, vals[2].first * o.config.tokens_per_step);
+  EXPECT_GT(r.train_seconds, 0);
+  EXPECT_NE(find_latest_checkpoint(o.run_dir).find("step_0000" + std::to_string(vals[2].first)),
+            std::string::npos);
+  // A target never reached: every step runs and the result says so.
+  TrainOptions never = options_for(data, data.path() + "/never");
+  never.config = full.config;
+  never.config.num_iterations = 10;
+  never.target_val_loss = 0.0;
+  const TrainResult n = train(never);
+  EXPECT_FALSE(n.reached_target);
+  EXPECT_EQ(n.final_step, 10);
+}
+
 TEST(Trainer, ResumedRunReproducesUninterruptedLossesBitwise) {
   TempDir data;
   write_synthetic_shards(data.path());

@@ -16,5 +16,7 @@ void register_train(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_leaderboard(CLI::App& app);
+void register_prepare(CLI::App& app);
+void register_speedrun(CLI::App& app);
 
 }  // namespace nanogpt::cli

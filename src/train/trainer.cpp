@@ -312,6 +312,8 @@ TrainResult train(const TrainOptions& options) {
       if (diloco) last_val = comm.sum(last_val, "validation loss") / comm.size();
       m["val_loss"] = last_val;
     }
+    const bool reached = std::isfinite(options.target_val_loss) && m.contains("val_loss") &&
+                         last_val <= options.target_val_loss;
     if (root) run.append_metrics(m);
     if (live) {
       const double tps = static_cast<double>(trained_tokens) / train_seconds;
@@ -325,13 +327,22 @@ TrainResult train(const TrainOptions& options) {
     }
     // The ranks stop after the same step: a signal may reach them at different moments.
     const bool stopping = comm.max(stop_requested() ? 1 : 0, "stop request") != 0 ||
-                          (options.max_steps > 0 && result.steps_run >= options.max_steps);
+                          (options.max_steps > 0 && result.steps_run >= options.max_steps) ||
+                          reached;
     if (last || stopping || (c.checkpoint_every > 0 && step % c.checkpoint_every == 0)) {
       result.last_checkpoint = save_train_state(options.run_dir, step, model, optimizer, loader,
                                                 train_loss, last_val, tokenizer, outer_ckpt);
     }
     if (stopping && !last) {
       if (live) std::fputc('\n', stderr);
+      if (reached) {
+        result.reached_target = true;
+        if (root) {
+          std::fprintf(stderr, "reached the target: validation loss %.4f <= %.4f at step %lld\n",
+                       last_val, options.target_val_loss, static_cast<long long>(step));
+        }
+        break;
+      }
       if (root) {
         std::fprintf(stderr, "stopped: finished step %lld and saved %s; continue with --resume\n",
                      static_cast<long long>(step), result.last_checkpoint.c_str());
@@ -346,6 +357,10 @@ TrainResult train(const TrainOptions& options) {
   result.final_train_loss = train_loss;
   result.tokens_per_second =
       train_seconds > 0 ? static_cast<double>(trained_tokens) / train_seconds : 0;
+  result.train_seconds = train_seconds;
+  result.trained_tokens = trained_tokens;
+  result.reached_target = result.reached_target || (std::isfinite(options.target_val_loss) &&
+                                                    last_val <= options.target_val_loss);
   return result;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "config/config.hpp"
@@ -19,6 +20,9 @@ struct TrainOptions {
   std::string command_line;  // recorded in run.json
   bool live_line = true;     // only drawn when stderr is a terminal
   int64_t max_steps = 0;  // stop (with a checkpoint) after this many steps of this run; 0: no limit
+  // Stop (with a checkpoint) after the first validation at or below this loss (the speedrun
+  // track); NaN: train all num_iterations steps.
+  double target_val_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct TrainResult {
@@ -28,6 +32,9 @@ struct TrainResult {
   double final_train_loss = 0;
   double tokens_per_second = 0;
   bool interrupted = false;
+  bool reached_target = false;  // stopped at target_val_loss
+  double train_seconds = 0;     // this run's training steps, validation and checkpoints excluded
+  int64_t trained_tokens = 0;   // by this run's steps
   std::string last_checkpoint;
 };
 
