@@ -72,7 +72,12 @@ class ExpressionParser {
     CountdownExpression out;
     std::optional<Fraction> v = expr(0);
     skip_space();
-    if (v && pos_ != s_.size()) fail("unexpected '" + std::string(s_.substr(pos_, 1)) + "'");
+    if (v && pos_ != s_.size()) {
+      std::string what = "unexpected '";
+      what += s_.substr(pos_, 1);
+      what += "'";
+      fail(what);
+    }
     if (!error_.empty()) {
       out.error = error_;
       return out;
@@ -176,8 +181,15 @@ class ExpressionParser {
       literals_.push_back(*n);
       return Fraction{*n, 1};
     }
-    fail(s_[pos_] == '-' ? "a negative number (unary minus is not allowed)"
-                         : "'" + std::string(s_.substr(pos_, 1)) + "' where a number was expected");
+    if (s_[pos_] == '-') {
+      fail("a negative number (unary minus is not allowed)");
+    } else {
+      // Appended piece by piece: GCC 12's -Wrestrict misfires on "'" + std::string(...) here.
+      std::string what = "'";
+      what += s_.substr(pos_, 1);
+      what += "' where a number was expected";
+      fail(what);
+    }
     return std::nullopt;
   }
 
@@ -313,8 +325,11 @@ class CountdownTask final : public TaskFamily {
       available.erase(it);
     }
     if (e.value->den != 1 || e.value->num != instance.target) {
-      const std::string got = std::to_string(e.value->num) +
-                              (e.value->den != 1 ? "/" + std::to_string(e.value->den) : "");
+      std::string got = std::to_string(e.value->num);
+      if (e.value->den != 1) {
+        got += '/';
+        got += std::to_string(e.value->den);
+      }
       return {0.0,
               "the expression is " + got + ", the target is " + std::to_string(instance.target)};
     }
