@@ -680,6 +680,13 @@ std::vector<CaseKind> evaluator_case_kinds(std::string_view type) {
   return {};
 }
 
+std::vector<std::string> evaluator_option_names(std::string_view type) {
+  for (const EvaluatorType& t : types()) {
+    if (t.name == type) return t.options;
+  }
+  return {};
+}
+
 std::shared_ptr<const Evaluator> make_evaluator(const Json& spec, const std::string& where,
                                                 const std::string& field) {
   std::string type;

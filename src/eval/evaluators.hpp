@@ -98,6 +98,8 @@ class Evaluator {
 std::vector<std::string> evaluator_type_names();
 // The case kinds an evaluator type accepts (empty for an unknown type).
 std::vector<CaseKind> evaluator_case_kinds(std::string_view type);
+// The options a type's spec may give besides "type" and "name" (empty for an unknown type).
+std::vector<std::string> evaluator_option_names(std::string_view type);
 
 // Builds an evaluator from its spec: a type name ("acc") or an object {"type": ..., options}.
 // An unknown type, an unknown or mistyped option, or a bad value is an InputError
