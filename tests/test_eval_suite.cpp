@@ -9,6 +9,7 @@
 
 #include "eval/suite.hpp"
 #include "eval/task_registry.hpp"
+#include "eval/task_suite.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "support/fixtures.hpp"
@@ -321,6 +322,73 @@ TEST(EvalSuite, ValidateSuiteBuiltInMemory) {
   const Suite back = parse_suite(suite_json(s), "");
   EXPECT_EQ(suite_json(back), suite_json(s));
   EXPECT_EQ(back.cases[0].task->split, TaskSplit::kTest);
+}
+
+TEST(EvalSuite, TaskSuitesForEveryFamilyAndLevel) {
+  for (const std::string& family : task_family_names()) {
+    for (int level = 1; level <= task_family(family).levels(); ++level) {
+      TaskSuiteOptions o;
+      o.family = family;
+      o.level = level;
+      o.cases = 8;
+      o.seed = 5;
+      const Suite s = make_task_suite(o);
+      SCOPED_TRACE(s.name);
+      ASSERT_EQ(s.cases.size(), 8u);
+      std::set<std::string> problems;
+      for (const SuiteCase& c : s.cases) {
+        ASSERT_TRUE(c.task.has_value());
+        EXPECT_EQ(c.task->split, TaskSplit::kTest);
+        EXPECT_TRUE(problems.insert(c.task->canonical).second);
+        EXPECT_EQ(c.prompt.substr(c.prompt.size() - c.task->prompt.size()), c.task->prompt);
+        Observation right, wrong;
+        // Built piece by piece: GCC 12's -Wrestrict misfires on " " + std::string here.
+        right.output.push_back(' ');
+        right.output += c.expected.value_or("");
+        right.output.push_back('\n');
+        wrong.output = std::string(" 7, 7, 7, 7 + 1\n");
+        for (const Evaluator* e : s.evaluators_for(c)) {
+          EXPECT_TRUE(e->evaluate(c, right).passed) << c.name;
+          EXPECT_FALSE(e->evaluate(c, wrong).passed) << c.name;
+        }
+      }
+      // The file form loads back to the same bytes.
+      const std::string text = suite_json(s);
+      EXPECT_EQ(suite_json(parse_suite(text, "task.json")), text);
+    }
+  }
+  TaskSuiteOptions too_many;
+  too_many.family = "addition";
+  too_many.level = 1;
+  too_many.cases = 100;  // a quarter of the 100 one-digit sums are test problems
+  EXPECT_NE(input_error([&] { make_task_suite(too_many); }).find("distinct test problems"),
+            std::string::npos);
+  too_many.level = 10;
+  EXPECT_NE(input_error([&] { make_task_suite(too_many); }).find("levels 1..9"), std::string::npos);
+}
+
+TEST(EvalSuite, MakeSuiteCommand) {
+  TempDir dir;
+  const std::string out = dir.path() + "/sort.json";
+  const CommandResult r = run_nanogpt(
+      "evals make-suite --task sort --level 2 --cases 12 --shots 2 "
+      "--samples 4 --out " +
+      out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Suite s = load_suite(out);
+  EXPECT_EQ(s.cases.size(), 12u);
+  EXPECT_EQ(s.cases[0].generation.samples, 4);
+  const CommandResult check = run_nanogpt("evals check " + out);
+  EXPECT_EQ(check.exit_code, 0);
+  EXPECT_NE(check.out.find("12 cases"), std::string::npos);
+  const CommandResult bad = run_nanogpt("evals make-suite --task chess --out " + out);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("unknown task 'chess'"), std::string::npos) << bad.err;
+  write_file_atomic(dir.path() + "/bad.json", "{\"name\": \"x\", \"cases\": 3}");
+  const CommandResult malformed = run_nanogpt("evals check " + dir.path() + "/bad.json");
+  EXPECT_EQ(malformed.exit_code, 1);
+  EXPECT_NE(malformed.err.find("field 'cases': must be an array"), std::string::npos)
+      << malformed.err;
 }
 
 }  // namespace

@@ -16,5 +16,6 @@ void register_train(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_leaderboard(CLI::App& app);
+void register_evals(CLI::App& app);  // cmd_evals.cpp
 
 }  // namespace nanogpt::cli
