@@ -92,6 +92,12 @@ TEST(EvalEvaluators, RegexExtractionThenMatch) {
                      "#### AB"));
 }
 
+TEST(EvalEvaluators, RegexOnAHugeOutputDoesNotCrash) {
+  const std::string huge(1 << 20, 'a');
+  EXPECT_FALSE(passes({{"type", "regex"}, {"pattern", "(.*)"}}, "x", huge));
+  EXPECT_FALSE(passes("numeric", "1", huge));
+}
+
 TEST(EvalEvaluators, NumericWithTolerance) {
   EXPECT_TRUE(passes("numeric", "42", "It is 42."));
   EXPECT_TRUE(passes("numeric", "1234", "It is 1,234 in total"));

@@ -38,6 +38,8 @@ std::string format_number(double x) {
   return buf;
 }
 
+constexpr size_t kMaxRegexChars = 8192;
+
 EvaluatorOutcome outcome(const std::string& name, OutcomeKind kind) {
   EvaluatorOutcome r;
   r.evaluator = name;
@@ -263,7 +265,10 @@ class RegexSelector {
     if (select != "first" && select != "last") opt.fail("select", "must be first or last");
     last_ = select == "last";
   }
-  std::optional<std::string> find(const std::string& text) const {
+  std::optional<std::string> find(const std::string& full_text) const {
+    // libstdc++'s regex matcher recurses per character and overflows the stack on outputs of
+    // ~10^5 characters; only the head of an output is searched.
+    const std::string text = full_text.substr(0, kMaxRegexChars);
     std::optional<std::string> found;
     for (auto it = std::sregex_iterator(text.begin(), text.end(), re_);
          it != std::sregex_iterator(); ++it) {
