@@ -120,7 +120,7 @@ TEST(EvalEvaluators, NumericWithTolerance) {
 
 TEST(EvalEvaluators, VerifierByName) {
   SuiteCase c = generate_case(std::nullopt);
-  c.task = task_from_canonical("countdown:3,7,25,50=175", 2);
+  c.task = task_from_canonical("countdown:1,3,7,10,25,50=175", 4);
   const EvaluatorOutcome ok = run("verifier", c, " 7 * 25\n");
   EXPECT_TRUE(ok.passed);
   EXPECT_EQ(ok.value, 1.0);

@@ -126,6 +126,14 @@ TEST(EvalTasks, BadLevelsFamiliesAndCanonicalTextsAreInputErrors) {
               generate_task("addition", 0, TaskSplit::kTrain, 1, 0);
             }).find("levels 1..9"),
             std::string::npos);
+  EXPECT_NE(input_error([] {
+              task_from_canonical("addition:1+2", 2);
+            }).find("is not a level 2 problem (level 2: two 2-digit operands)"),
+            std::string::npos);
+  EXPECT_NE(input_error([] { task_from_canonical("sort:1,2", 1); }), "");
+  EXPECT_NE(input_error([] { task_from_canonical("letter_count:a@ab", 1); }), "");
+  EXPECT_NE(input_error([] { task_from_canonical("countdown:1,2,3=6", 1); }), "");  // target < 10
+  EXPECT_EQ(task_from_canonical("countdown:1,2,9=18", 1).target, 18);
   const std::string unknown =
       input_error([] { generate_task("division", 1, TaskSplit::kTrain, 1, 0); });
   EXPECT_NE(unknown.find("unknown task 'division'"), std::string::npos);
@@ -164,16 +172,17 @@ TEST(EvalTasks, IntegerAnswersInSeveralFormats) {
 }
 
 TEST(EvalTasks, ListAnswersInSeveralFormats) {
-  const TaskInstance s = instance("sort:5,3,9,3", 2);
-  EXPECT_EQ(s.answer, "3, 3, 5, 9");
-  for (const char* ok : {"3, 3, 5, 9", "[3, 3, 5, 9]", "3 3 5 9", "(3,3,5,9)", "3,3, 5 9"}) {
+  const TaskInstance s = instance("sort:5,3,9,3,0", 2);
+  EXPECT_EQ(s.answer, "0, 3, 3, 5, 9");
+  for (const char* ok :
+       {"0, 3, 3, 5, 9", "[0, 3, 3, 5, 9]", "0 3 3 5 9", "(0,3,3,5,9)", "0, 3,3, 5 9"}) {
     EXPECT_EQ(verify(s, ok).value, 1.0) << ok;
   }
-  for (const char* bad : {"3, 5, 9", "3, 3, 9, 5", "3, 3, 5, 9, 9", "3,,3,5,9", "3, 3, 5, 9,",
-                          "[3, 3, 5, 9", "3; 3; 5; 9", "three"}) {
+  for (const char* bad : {"0, 3, 5, 9", "0, 3, 3, 9, 5", "0, 3, 3, 5, 9, 9", "0, 3,,3,5,9",
+                          "0, 3, 3, 5, 9,", "[0, 3, 3, 5, 9", "0; 3; 3; 5; 9", "three"}) {
     EXPECT_EQ(verify(s, bad).value, 0.0) << bad;
   }
-  EXPECT_NE(verify(s, "3, 3, 9, 5").reason.find("value 3 is 9, expected 5"), std::string::npos);
+  EXPECT_NE(verify(s, "0, 3, 3, 9, 5").reason.find("value 4 is 9, expected 5"), std::string::npos);
   const TaskInstance r = instance("reverse:5,3,9", 1);
   EXPECT_EQ(r.answer, "9, 3, 5");
   EXPECT_EQ(verify(r, "[9, 3, 5]").value, 1.0);
@@ -191,9 +200,11 @@ TEST(EvalTasks, LetterCount) {
 }
 
 TEST(EvalTasks, CountdownVerifier) {
-  const TaskInstance t = instance("countdown:3,7,25,50=175", 2);
-  EXPECT_FALSE(t.answer.empty());  // found by search
-  EXPECT_EQ(verify(t, t.answer).value, 1.0) << t.answer;
+  // Up to 5 numbers, a parsed problem's reference answer is found by search.
+  const TaskInstance five = instance("countdown:3,7,9,10,25=175", 3);
+  EXPECT_FALSE(five.answer.empty());
+  EXPECT_EQ(verify(five, five.answer).value, 1.0) << five.answer;
+  const TaskInstance t = instance("countdown:1,3,7,10,25,50=175", 4);
   for (const char* ok : {"7 * 25", "25 * 7 = 175", "(50 + 25) * 7 / 3", "50 × 3 + 25", "7x25",
                          "(((7))) * ((25))", "Answer: 7*25"}) {
     EXPECT_EQ(verify(t, ok).value, 1.0) << ok << ": " << verify(t, ok).reason;

@@ -1,5 +1,6 @@
 #include "eval/task_arithmetic.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace nanogpt {
@@ -40,6 +41,13 @@ class ArithmeticTask final : public TaskFamily {
     const int64_t limit = power_of_ten(kLevels);
     if (!a || !b || *a < 0 || *b < 0 || *a >= limit || *b >= limit) return std::nullopt;
     return make(*a, *b);
+  }
+
+  bool fits_level(const TaskInstance& t, int level) const override {
+    const int64_t lo = level == 1 ? 0 : power_of_ten(level - 1);
+    const int64_t hi = power_of_ten(level) - 1;
+    return std::all_of(t.numbers.begin(), t.numbers.end(),
+                       [&](int64_t v) { return v >= lo && v <= hi; });
   }
 
   Reward check(const TaskInstance& instance, std::string_view answer) const override {

@@ -294,6 +294,17 @@ class CountdownTask final : public TaskFamily {
     return t;
   }
 
+  bool fits_level(const TaskInstance& t, int level) const override {
+    const CountdownLevel& l = kLevels[level - 1];
+    const auto large = std::count_if(t.numbers.begin(), t.numbers.end(), [](int64_t v) {
+      return std::find(std::begin(kLarge), std::end(kLarge), v) != std::end(kLarge);
+    });
+    const auto small = std::count_if(t.numbers.begin(), t.numbers.end(),
+                                     [](int64_t v) { return v >= 1 && v <= 10; });
+    return small == l.small && large == l.large && t.target >= l.min_target &&
+           t.target <= l.max_target;
+  }
+
   Reward check(const TaskInstance& instance, std::string_view answer) const override {
     std::string_view expression = answer;
     std::string claimed;

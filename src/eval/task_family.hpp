@@ -29,6 +29,8 @@ class TaskFamily {
   // Rebuilds the problem from the data part of its canonical text (after "family:"); nullopt
   // when the text is not one this family writes.
   virtual std::optional<TaskInstance> parse(std::string_view data) const = 0;
+  // Whether a problem is one `draw(level)` can give (task_from_canonical checks a suite's claim).
+  virtual bool fits_level(const TaskInstance& instance, int level) const = 0;
   // Checks an extracted answer (one line, trimmed; task_registry.hpp's extract_answer).
   virtual Reward check(const TaskInstance& instance, std::string_view answer) const = 0;
 };

@@ -27,7 +27,7 @@ struct TaskInstance {
   int level = 1;       // difficulty, 1..the family's level count
   TaskSplit split = TaskSplit::kTrain;
   // The problem as text: the family name, a colon and the problem's data ("addition:17+25",
-  // "countdown:3,7,25,50=175"). Its hash alone decides the split, so a problem is in one split
+  // "countdown:1,3,7,10,25,50=175"). Its hash alone decides the split, so a problem is in one split
   // whatever level, seed or index drew it; task_from_canonical rebuilds the instance from it.
   std::string canonical;
   std::string question;  // the problem in words: "What is 17 + 25?"

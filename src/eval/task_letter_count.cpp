@@ -67,6 +67,11 @@ class LetterCountTask final : public TaskFamily {
     return make(std::string(word), data[0]);
   }
 
+  bool fits_level(const TaskInstance& t, int level) const override {
+    const WordLength& l = kLevels[level - 1];
+    return t.word.size() >= l.min && t.word.size() <= l.max;
+  }
+
   Reward check(const TaskInstance& instance, std::string_view answer) const override {
     const std::optional<int64_t> got = parse_integer_answer(answer);
     if (!got) return {0.0, "the answer '" + std::string(answer) + "' is not an integer"};

@@ -44,6 +44,13 @@ class ListTask final : public TaskFamily {
     return make(std::move(values));
   }
 
+  bool fits_level(const TaskInstance& t, int level) const override {
+    const ListLevel& l = kListLevels[level - 1];
+    return t.numbers.size() == static_cast<size_t>(l.length) &&
+           std::all_of(t.numbers.begin(), t.numbers.end(),
+                       [&](int64_t v) { return v >= 0 && v <= l.max_value; });
+  }
+
   Reward check(const TaskInstance& instance, std::string_view answer) const override {
     const std::optional<std::vector<int64_t>> got = parse_integer_list(answer);
     if (!got) {

@@ -127,6 +127,11 @@ TaskInstance task_from_canonical(std::string_view canonical, int level) {
     throw InputError("task instance '" + std::string(canonical) + "' is not a " +
                      std::string(family.name()) + " problem as the generator writes it");
   }
+  if (!family.fits_level(*t, level)) {
+    throw InputError("task instance '" + std::string(canonical) + "' is not a level " +
+                     std::to_string(level) + " problem (level " + std::to_string(level) + ": " +
+                     family.level_description(level) + ")");
+  }
   t->family = std::string(family.name());
   t->level = level;
   t->split = task_split_of(canonical);

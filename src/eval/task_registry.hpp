@@ -38,9 +38,9 @@ TaskSplit task_split_of(std::string_view canonical);
 TaskInstance generate_task(std::string_view family, int level, TaskSplit split, uint64_t seed,
                            uint64_t index);
 
-// Rebuilds an instance from its canonical text (as stored in a suite); `level` is recorded as
-// given (a problem does not determine its level). The split comes from the hash. An
-// InputError names the text and what is wrong.
+// Rebuilds an instance from its canonical text (as stored in a suite) at `level`, which the
+// problem must fit (an addition of 2-digit operands is level 2). The split comes from the
+// hash. An InputError names the text and what is wrong.
 TaskInstance task_from_canonical(std::string_view canonical, int level);
 
 // "Question: <question>\nAnswer:" — what a model completes.
