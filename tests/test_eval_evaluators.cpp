@@ -95,7 +95,13 @@ TEST(EvalEvaluators, RegexExtractionThenMatch) {
 TEST(EvalEvaluators, RegexOnAHugeOutputDoesNotCrash) {
   const std::string huge(1 << 20, 'a');
   EXPECT_FALSE(passes({{"type", "regex"}, {"pattern", "(.*)"}}, "x", huge));
+  EXPECT_FALSE(passes({{"type", "regex"}, {"pattern", "(a+)b"}}, "x", huge));
   EXPECT_FALSE(passes("numeric", "1", huge));
+  // Many lines: every line is searched, the last match is the last line's.
+  std::string lines;
+  for (int i = 0; i < 20000; ++i) lines += "step " + std::to_string(i) + "\n";
+  EXPECT_TRUE(passes({{"type", "numeric"}, {"select", "last"}}, "19999", lines));
+  EXPECT_TRUE(passes({{"type", "regex"}, {"pattern", "^step (\\d+)$"}}, "0", lines));
 }
 
 TEST(EvalEvaluators, NumericWithTolerance) {

@@ -23,8 +23,8 @@
 //            (evaluator_metrics.hpp)
 //   text:    loss, perplexity, bits_per_byte — scores, lower is better
 //   any:     max_duration  the case took at most `seconds` [seconds]
-// The regex-based ones search the first 8192 bytes of an output (libstdc++'s std::regex
-// recurses per character and would overflow the stack on very long outputs).
+// The regex-based ones match within a line (the first 2048 bytes of each): libstdc++'s
+// std::regex recurses per character and would overflow the stack on very long inputs.
 // Every spec may also give a "name" (default: the type), which its outcomes carry; a case's
 // evaluators must have distinct names.
 #pragma once
