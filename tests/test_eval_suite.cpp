@@ -12,6 +12,7 @@
 #include "eval/task_suite.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/random.hpp"
 #include "support/fixtures.hpp"
 
 namespace nanogpt {
@@ -223,6 +224,40 @@ TEST(EvalSuite, MalformedFilesNameTheFile) {
                "generation.samples");
   EXPECT_NE(input_error([] { load_suite("/nonexistent/suite.json"); }).find("does not exist"),
             std::string::npos);
+}
+
+// Truncated or mutated suite files load or give an InputError naming the file, never another
+// exception or a crash.
+TEST(EvalSuite, MutatedFilesLoadOrGiveInputErrors) {
+  const std::string text = valid_suite().dump();
+  Rng rng(4);
+  int errors = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string t = text;
+    const int edits = 1 + static_cast<int>(rng.next_u64() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng.next_u64() % t.size();
+      switch (rng.next_u64() % 3) {
+        case 0:
+          t.erase(at, 1 + rng.next_u64() % 8);
+          break;
+        case 1:
+          t.insert(at, 1, "{}[]\",:0-9ax"[rng.next_u64() % 14]);
+          break;
+        default:
+          t[at] = "{}[]\",:0-9ax"[rng.next_u64() % 14];
+          break;
+      }
+      if (t.empty()) t.push_back('{');
+    }
+    try {
+      parse_suite(t, "m.json");
+    } catch (const InputError& e) {
+      ++errors;
+      EXPECT_NE(std::string(e.what()).find("suite 'm.json'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GT(errors, 2000);
 }
 
 Json read_schema() {

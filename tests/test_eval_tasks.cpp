@@ -285,6 +285,30 @@ TEST(EvalTasks, PromptsHaveTheDocumentedShape) {
   EXPECT_EQ(task_stop_strings(), std::vector<std::string>{"\n"});
 }
 
+// Random completions from an alphabet of digits, operators, separators and cue words: every
+// verifier answers 0 or 1 with a reason and never throws.
+TEST(EvalTasks, VerifiersSurviveRandomCompletions) {
+  const std::vector<std::string> pieces = {
+      "0", "1",        "7",       "25",          "99999999999999999999",
+      "+", "-",        "*",       "/",           "x",
+      "(", ")",        " ",       ",",           "[",
+      "]", "\n",       "Answer:", "\nQuestion:", "=",
+      ".", "\xC3\x97", "\xC3"};
+  Rng rng(9);
+  for (const std::string& name : task_family_names()) {
+    const TaskInstance t = generate_task(name, 1, TaskSplit::kTest, 1, 0);
+    for (int trial = 0; trial < 2000; ++trial) {
+      std::string completion;
+      const size_t n = rng.next_u64() % 24;
+      for (size_t i = 0; i < n; ++i) completion += pieces[rng.next_u64() % pieces.size()];
+      Reward r;
+      ASSERT_NO_THROW(r = verify(t, completion)) << name << ": " << completion;
+      EXPECT_TRUE(r.value == 0.0 || r.value == 1.0);
+      EXPECT_FALSE(r.reason.empty());
+    }
+  }
+}
+
 TEST(EvalTasks, ExtractAnswer) {
   EXPECT_EQ(extract_answer(" 42\n"), "42");
   EXPECT_EQ(extract_answer("\n\n  42  \nmore"), "42");
