@@ -230,6 +230,7 @@ TEST(EvalSuite, MalformedFilesNameTheFile) {
 // exception or a crash.
 TEST(EvalSuite, MutatedFilesLoadOrGiveInputErrors) {
   const std::string text = valid_suite().dump();
+  const std::string_view alphabet = "{}[]\",:0-9ax";
   Rng rng(4);
   int errors = 0;
   for (int trial = 0; trial < 3000; ++trial) {
@@ -242,10 +243,10 @@ TEST(EvalSuite, MutatedFilesLoadOrGiveInputErrors) {
           t.erase(at, 1 + rng.next_u64() % 8);
           break;
         case 1:
-          t.insert(at, 1, "{}[]\",:0-9ax"[rng.next_u64() % 14]);
+          t.insert(at, 1, alphabet[rng.next_u64() % alphabet.size()]);
           break;
         default:
-          t[at] = "{}[]\",:0-9ax"[rng.next_u64() % 14];
+          t[at] = alphabet[rng.next_u64() % alphabet.size()];
           break;
       }
       if (t.empty()) t.push_back('{');
