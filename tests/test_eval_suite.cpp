@@ -35,7 +35,7 @@ Json valid_suite() {
     "name": "mixed",
     "description": "one case of each kind",
     "tokenizer": "gpt2",
-    "generation": {"stop": ["\n"], "samples": 2},
+    "generation": {"stop": ["\n"], "samples": 2, "temperature": 0.8},
     "evaluators": ["acc", "acc_norm", {"type": "max_duration", "seconds": 10}],
     "cases": [
       {"name": "doc", "kind": "text", "inputs": {"text": "Hello world."},
@@ -72,6 +72,8 @@ TEST(EvalSuite, ValidSuiteLoads) {
   EXPECT_EQ(g.generation.stop, std::vector<std::string>{"\n"});
   EXPECT_EQ(g.generation.max_tokens, 8);
   EXPECT_EQ(g.generation.samples, 2);
+  EXPECT_EQ(g.generation.temperature, 0.8);
+  EXPECT_EQ(g.generation.top_k, 0);
   ASSERT_TRUE(g.task.has_value());
   EXPECT_EQ(g.task->target, 42);
   // The suite's evaluators that accept the kind, then the case's.
@@ -132,10 +134,16 @@ TEST(EvalSuite, MalformedCasesNameFileCaseAndField) {
   EXPECT_NE(no_limit.find("stop strings or max_tokens"), std::string::npos);
   expect_names(error_after([](Json& j) { j["cases"][2]["generation"]["samples"] = 0; }),
                "case 2 'add'", "generation.samples");
-  expect_names(error_after([](Json& j) { j["cases"][2]["generation"]["temperature"] = 1; }),
-               "case 2 'add'", "generation.temperature");
+  expect_names(error_after([](Json& j) { j["cases"][2]["generation"]["top_p"] = 1; }),
+               "case 2 'add'", "generation.top_p");
   expect_names(error_after([](Json& j) { j["cases"][2]["generation"]["stop"] = {""}; }),
                "case 2 'add'", "generation.stop");
+  expect_names(error_after([](Json& j) { j["cases"][2]["generation"]["temperature"] = 0; }),
+               "case 2 'add'", "generation.temperature");
+  expect_names(error_after([](Json& j) { j["cases"][2]["generation"]["temperature"] = -1; }),
+               "case 2 'add'", "generation.temperature");
+  expect_names(error_after([](Json& j) { j["cases"][2]["generation"]["top_k"] = -1; }),
+               "case 2 'add'", "generation.top_k");
   // Unknown kinds, fields and inputs.
   expect_names(error_after([](Json& j) { j["cases"][0]["kind"] = "essay"; }), "case 0 'doc'",
                "kind");
@@ -408,12 +416,17 @@ TEST(EvalSuite, MakeSuiteCommand) {
   const std::string out = dir.path() + "/sort.json";
   const CommandResult r = run_nanogpt(
       "evals make-suite --task sort --level 2 --cases 12 --shots 2 "
-      "--samples 4 --out " +
+      "--samples 4 --temperature 0.7 --out " +
       out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Suite s = load_suite(out);
   EXPECT_EQ(s.cases.size(), 12u);
   EXPECT_EQ(s.cases[0].generation.samples, 4);
+  EXPECT_EQ(s.cases[0].generation.temperature, 0.7);
+  const CommandResult greedy =
+      run_nanogpt("evals make-suite --task sort --cases 2 --samples 4 --out " + out);
+  EXPECT_EQ(greedy.exit_code, 1);
+  EXPECT_NE(greedy.err.find("temperature"), std::string::npos) << greedy.err;
   const CommandResult check = run_nanogpt("evals check " + out);
   EXPECT_EQ(check.exit_code, 0);
   EXPECT_NE(check.out.find("12 cases"), std::string::npos);

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "cli/number_range.hpp"
 #include "eval/suite.hpp"
 #include "eval/task_registry.hpp"
 #include "eval/task_suite.hpp"
@@ -26,6 +27,8 @@ void register_make_suite(CLI::App& evals) {
     int shots = 3;
     int64_t samples = 1;
     int64_t max_tokens = 64;
+    double temperature = 0;
+    int64_t top_k = 0;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--task", a->task, "Task family (`nanogpt evals tasks` lists them)")->required();
@@ -46,6 +49,13 @@ void register_make_suite(CLI::App& evals) {
   cmd->add_option("--max-tokens", a->max_tokens, "Token limit per completion (stop: newline)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--temperature", a->temperature,
+                  "Softmax temperature; 0 is greedy (more than one sample needs more than 0)")
+      ->capture_default_str()
+      ->check(finite_in_range(0.0, 100.0));
+  cmd->add_option("--top-k", a->top_k, "Sample among the k most likely tokens (0: all)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_option("--out", a->out, "The suite file to write")->required();
   cmd->callback([a] {
     TaskSuiteOptions o;
@@ -57,6 +67,8 @@ void register_make_suite(CLI::App& evals) {
     o.shots = a->shots;
     o.samples = a->samples;
     o.max_tokens = a->max_tokens;
+    o.temperature = a->temperature;
+    o.top_k = a->top_k;
     const Suite s = make_task_suite(o);
     save_suite(s, a->out);
     std::printf("wrote %s: suite '%s', %zu cases (%s)\n", a->out.c_str(), s.name.c_str(),

@@ -17,9 +17,11 @@ const std::vector<std::string> kSuiteFields = {"name",       "description", "tok
                                                "generation", "evaluators",  "cases"};
 const std::vector<std::string> kCaseFields = {"name",       "kind", "inputs",   "expected",
                                               "generation", "task", "metadata", "evaluators"};
-const std::vector<std::string> kGenerationFields = {"stop", "max_tokens", "samples"};
+const std::vector<std::string> kGenerationFields = {"stop", "max_tokens", "samples", "temperature",
+                                                    "top_k"};
 const std::vector<std::string> kTaskFields = {"instance", "level", "split"};
 constexpr int64_t kMaxSamples = 1 << 20;
+constexpr double kMaxTemperature = 100;
 
 std::string join(const std::vector<std::string>& items) {
   std::string s;
@@ -109,6 +111,11 @@ GenerationSettings read_generation(const Json& j, const std::string& where,
   if (f.has("stop")) g.stop = f.strings("stop");
   if (f.has("max_tokens")) g.max_tokens = f.integer("max_tokens");
   if (f.has("samples")) g.samples = f.integer("samples");
+  if (f.has("temperature")) {
+    if (!f.at("temperature").is_number()) f.fail("temperature", "must be a number");
+    g.temperature = f.at("temperature").get<double>();
+  }
+  if (f.has("top_k")) g.top_k = f.integer("top_k");
   return g;
 }
 
@@ -228,6 +235,13 @@ void check_generation(const GenerationSettings& g, const std::string& where,
     throw InputError(where + "field '" + field + ".samples': must be in 1.." +
                      std::to_string(kMaxSamples) + ", not " + std::to_string(g.samples));
   }
+  if (!(g.temperature >= 0 && g.temperature <= kMaxTemperature)) {
+    throw InputError(where + "field '" + field + ".temperature': must be in [0, " +
+                     std::to_string(static_cast<int>(kMaxTemperature)) + "] (0 is greedy)");
+  }
+  if (g.top_k < 0) {
+    throw InputError(where + "field '" + field + ".top_k': must be >= 0 (0: all tokens)");
+  }
 }
 
 void check_case(const Suite& suite, const SuiteCase& c, size_t index) {
@@ -264,6 +278,12 @@ void check_case(const Suite& suite, const SuiteCase& c, size_t index) {
              "\"generation\": {\"stop\": [\"\\n\"]} or {\"max_tokens\": N}, here "
              "or at the suite level)");
       }
+      if (c.generation.samples > 1 && c.generation.temperature == 0) {
+        fail("generation.temperature",
+             std::to_string(c.generation.samples) +
+                 " samples at temperature 0 (greedy) would all be the same; set a temperature "
+                 "above 0 or samples to 1");
+      }
       break;
   }
   std::set<std::string> names;
@@ -298,6 +318,8 @@ Json generation_json(const GenerationSettings& g) {
   if (!g.stop.empty()) j["stop"] = g.stop;
   if (g.max_tokens > 0) j["max_tokens"] = g.max_tokens;
   j["samples"] = g.samples;
+  j["temperature"] = g.temperature;
+  j["top_k"] = g.top_k;
   return j;
 }
 

@@ -26,11 +26,15 @@ std::string_view case_kind_name(CaseKind kind);
 // All kinds, in the order of the enum.
 std::vector<CaseKind> all_case_kinds();
 
-// How a generate case is sampled. At least one of stop and max_tokens bounds each sample.
+// How a generate case is sampled (as `nanogpt sample` does). At least one of stop and
+// max_tokens bounds each sample; more than one sample needs a temperature above 0 (greedy
+// samples would all be the same).
 struct GenerationSettings {
   std::vector<std::string> stop;  // generation ends at the first of these (not kept)
   int64_t max_tokens = 0;         // 0: no limit other than the stop strings
   int64_t samples = 1;            // completions per case (pass@k, mean@n)
+  double temperature = 0;         // 0: greedy
+  int64_t top_k = 0;              // sample among the k most likely tokens; 0: all
 };
 
 struct SuiteCase {

@@ -25,7 +25,8 @@ Suite make_task_suite(const TaskSuiteOptions& o) {
                   family.level_description(o.level) + "), " + split + " split, seed " +
                   std::to_string(o.seed) + ", " + std::to_string(o.shots) +
                   "-shot prompts from the train split";
-  s.generation = GenerationSettings{task_stop_strings(), o.max_tokens, o.samples};
+  s.generation =
+      GenerationSettings{task_stop_strings(), o.max_tokens, o.samples, o.temperature, o.top_k};
   s.evaluators.push_back(make_evaluator("verifier", "", "evaluators[0]"));
   std::unordered_set<std::string> seen;
   // Misses are repeats; a level whose split holds fewer problems than asked runs out.

@@ -19,6 +19,8 @@ struct TaskSuiteOptions {
   uint64_t seed = 0;
   int shots = 3;            // solved train examples before each question
   int64_t samples = 1;      // completions per case (pass@k needs more than one)
+  double temperature = 0;   // 0: greedy (then samples must be 1)
+  int64_t top_k = 0;        // 0: all tokens
   int64_t max_tokens = 64;  // besides the stop string "\n"
 };
 
