@@ -25,6 +25,7 @@
 //   any:     max_duration  the case took at most `seconds` [seconds]
 // The regex-based ones match within a line (the first 2048 bytes of each): libstdc++'s
 // std::regex recurses per character and would overflow the stack on very long inputs.
+// Evaluators are immutable after make_evaluator: one may evaluate on many threads at once.
 // Every spec may also give a "name" (default: the type), which its outcomes carry; a case's
 // evaluators must have distinct names.
 #pragma once
@@ -62,7 +63,8 @@ struct Observation {
   double duration_seconds = 0;  // time spent on this case or sample
   // choice: each choice's log-likelihood given the context, summed over its tokens (nats)
   std::vector<double> choice_logprobs;
-  // text: the document's summed log-likelihood and its token count
+  // text: the document's summed log-likelihood over tokens that cover every byte of the case's
+  // text (bits per byte divides by its bytes), and the number of those tokens
   double text_logprob = 0;
   int64_t text_tokens = 0;
 };

@@ -6,6 +6,9 @@
 //   addition (1..9), multiplication (1..9), countdown (1..4), sort (1..5), reverse (1..5),
 //   letter_count (1..4).
 //
+// Everything here is a pure function of its arguments (the registry is built once, then only
+// read), so generators and verifiers may run on many threads at once.
+//
 // Splits: a problem is in the test split iff the 64-bit FNV-1a hash of its canonical text,
 // finalised by SplitMix64, is 0 mod 4 (a quarter of all problems), so train and test are
 // disjoint whatever the level, seed or index. generate_task draws problems until one falls in
