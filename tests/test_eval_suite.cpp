@@ -407,6 +407,10 @@ TEST(EvalSuite, TaskSuitesForEveryFamilyAndLevel) {
   too_many.cases = 100;  // a quarter of the 100 one-digit sums are test problems
   EXPECT_NE(input_error([&] { make_task_suite(too_many); }).find("distinct test problems"),
             std::string::npos);
+  too_many.allow_fewer = true;
+  const Suite fewer = make_task_suite(too_many);
+  EXPECT_GT(fewer.cases.size(), 5u);
+  EXPECT_LT(fewer.cases.size(), 50u);
   too_many.level = 10;
   EXPECT_NE(input_error([&] { make_task_suite(too_many); }).find("levels 1..9"), std::string::npos);
 }
@@ -430,6 +434,14 @@ TEST(EvalSuite, MakeSuiteCommand) {
   const CommandResult check = run_nanogpt("evals check " + out);
   EXPECT_EQ(check.exit_code, 0);
   EXPECT_NE(check.out.find("12 cases"), std::string::npos);
+  const CommandResult all = run_nanogpt("evals make-suites --cases 3 --out-dir " + dir.path());
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  for (const std::string& family : task_family_names()) {
+    for (int level = 1; level <= task_family(family).levels(); ++level) {
+      const std::string path = dir.path() + "/" + family + "-l" + std::to_string(level) + ".json";
+      EXPECT_EQ(load_suite(path).cases.size(), 3u) << path;
+    }
+  }
   const CommandResult bad = run_nanogpt("evals make-suite --task chess --out " + out);
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("unknown task 'chess'"), std::string::npos) << bad.err;

@@ -1,6 +1,7 @@
 // `nanogpt evals ...`: evaluation suites (src/eval/suite.hpp). `make-suite` writes a built-in
-// task suite; `tasks` lists the task families and their levels; `check` loads a suite file and
-// reports what it holds (every error names the file, case and field).
+// task suite, `make-suites` one per family and level; `tasks` lists the task families and their
+// levels; `check` loads a suite file and reports what it holds (every error names the file, case
+// and field).
 #include <cstdio>
 #include <memory>
 
@@ -76,6 +77,49 @@ void register_make_suite(CLI::App& evals) {
   });
 }
 
+void register_make_suites(CLI::App& evals) {
+  auto* cmd = evals.add_subcommand("make-suites",
+                                   "Write one task suite per family and level into a directory");
+  struct Args {
+    std::string out_dir, split = "test";
+    int64_t cases = 100;
+    int64_t seed = 0;
+    int shots = 3;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--out-dir", a->out_dir, "Directory for FAMILY-lLEVEL.json (must exist)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--cases", a->cases, "Problems per suite (fewer where a level has fewer)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--split", a->split, "train or test")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the problem streams")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--shots", a->shots, "Solved train examples before each question")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  cmd->callback([a] {
+    for (const std::string& family : task_family_names()) {
+      for (int level = 1; level <= task_family(family).levels(); ++level) {
+        TaskSuiteOptions o;
+        o.family = family;
+        o.level = level;
+        o.cases = a->cases;
+        o.split = parse_task_split(a->split);
+        o.seed = static_cast<uint64_t>(a->seed);
+        o.shots = a->shots;
+        o.allow_fewer = true;
+        const Suite s = make_task_suite(o);
+        const std::string path = a->out_dir + "/" + family + "-l" + std::to_string(level) + ".json";
+        save_suite(s, path);
+        std::printf("%s: %zu cases\n", path.c_str(), s.cases.size());
+      }
+    }
+  });
+}
+
 void register_tasks(CLI::App& evals) {
   auto* cmd = evals.add_subcommand("tasks", "List the task families and their levels");
   cmd->callback([] {
@@ -115,6 +159,7 @@ void register_evals(CLI::App& app) {
       "evals", "Evaluation suites: task suites, checks (suite files: docs/eval_suite.schema.json)");
   evals->require_subcommand(1);
   register_make_suite(*evals);
+  register_make_suites(*evals);
   register_tasks(*evals);
   register_check(*evals);
 }
