@@ -18,5 +18,6 @@ void register_sample(CLI::App& app);
 void register_leaderboard(CLI::App& app);
 void register_prepare(CLI::App& app);
 void register_speedrun(CLI::App& app);
+void register_evals(CLI::App& app);  // cmd_evals.cpp
 
 }  // namespace nanogpt::cli

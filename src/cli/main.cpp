@@ -115,6 +115,7 @@ int run(int argc, char** argv) {
   nanogpt::cli::register_leaderboard(app);
   nanogpt::cli::register_prepare(app);
   nanogpt::cli::register_speedrun(app);
+  nanogpt::cli::register_evals(app);
 
   std::string unknown;
   if (const CLI::App* where = find_unknown_subcommand(app, argc, argv, &unknown)) {
