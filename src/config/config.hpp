@@ -17,6 +17,8 @@ namespace nanogpt {
 
 // What the `precision` key asks for; a run multiplies in the Precision it resolves to.
 enum class PrecisionSetting { kAuto, kFp32, kBf16 };
+// What updates the blocks' hidden matrices, the key `matrix_optimizer`: "muon" or "adam".
+enum class MatrixOptimizer { kMuon, kAdam };
 
 struct Config {
   // Model (seed: GPT(vocab_size, num_layers, num_heads, model_dim)).
@@ -92,6 +94,27 @@ struct Config {
   double bucket_mb = 25;
   bool comm_thread = false;
 
+  // Switches for the seed's components, to measure what each is worth (issue 15); the defaults
+  // are the seed's recipe, and a switched-off component leaves nothing behind: no parameters,
+  // no checkpoint tensors, no optimizer state, no arithmetic.
+  // matrix_optimizer "adam": the blocks' hidden matrices are Adam's (adam_beta1, adam_beta2,
+  // adam_eps, the same LR schedule) at adam_matrix_lr instead of Muon's at muon_lr.
+  // adam_matrix_lr 0.003: Muon moves a matrix's entries by muon_lr/√cols in RMS (an update
+  // with singular values near 1, times √max(1, rows/cols)): 0.05/16 ≈ 0.003 for the cpu
+  // preset's fan-in of 256 (0.0018 for the seed's 768). Adam's first steps move every entry by
+  // about its lr, so 0.003 starts Adam at Muon's step size; tune it before comparing the two.
+  MatrixOptimizer matrix_optimizer = MatrixOptimizer::kMuon;
+  double adam_matrix_lr = 0.003;
+  // false: no value embeddings; every attention layer's v is λa0·v (the seed's middle layers).
+  bool value_embeddings = true;
+  // false: no U-net skip connections and no skip_weights; each block reads the previous output.
+  bool unet_skips = true;
+  // false: no mixing with x0 and no per-block lambdas; a block's input is x_in itself.
+  bool x0_mixing = true;
+  // false: the attention window is max_window_tokens (clamped to train_seq_len) from step 0
+  // instead of growing from one block.
+  bool window_warmup = true;
+
   int64_t vocab_padded() const { return round_up(vocab_size, 128); }
   int64_t grad_accum_steps() const { return tokens_per_step / train_seq_len; }
   // Whole sequences of `seq_len` per forward/backward pass under micro_batch_tokens.
@@ -105,7 +128,8 @@ struct Config {
   // The window in blocks of `layer` when the long layers' is window_blocks: short layers see
   // half, at least one block (whether the layer has attention at all is has_attention's).
   int64_t layer_window_blocks(int64_t layer, int64_t window_blocks) const;
-  // Index (0..2) of the value embedding feeding `layer`, or -1.
+  // Index (0..2) of the value embedding feeding `layer`, or -1 (always -1 without
+  // value_embeddings).
   int value_embed_index(int64_t layer) const;
 };
 
@@ -138,6 +162,8 @@ Precision resolved_precision(const Config& config);
 const char* precision_name(Precision p);
 // "auto", "fp32" or "bf16", as the key is spelled.
 const char* precision_setting_name(PrecisionSetting p);
+// "muon" or "adam", as the key is spelled.
+const char* matrix_optimizer_name(MatrixOptimizer m);
 
 nlohmann::ordered_json config_to_json(const Config& config);
 Config config_from_json(const nlohmann::json& j, Config base);
