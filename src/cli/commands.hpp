@@ -16,5 +16,6 @@ void register_train(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_leaderboard(CLI::App& app);
+void register_plot(CLI::App& app);
 
 }  // namespace nanogpt::cli

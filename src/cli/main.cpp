@@ -113,6 +113,7 @@ int run(int argc, char** argv) {
   nanogpt::cli::register_bench(app);
   nanogpt::cli::register_info(app);
   nanogpt::cli::register_leaderboard(app);
+  nanogpt::cli::register_plot(app);
 
   std::string unknown;
   if (const CLI::App* where = find_unknown_subcommand(app, argc, argv, &unknown)) {
