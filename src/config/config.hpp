@@ -102,14 +102,17 @@ struct Config {
   // adam_matrix_lr 0.003: Muon moves a matrix's entries by muon_lr/√cols in RMS (an update
   // with singular values near 1, times √max(1, rows/cols)): 0.05/16 ≈ 0.003 for the cpu
   // preset's fan-in of 256 (0.0018 for the seed's 768). Adam's first steps move every entry by
-  // about its lr, so 0.003 starts Adam at Muon's step size; tune it before comparing the two.
+  // about its lr, so 0.003 starts Adam at Muon's step size. A 60-step probe on fortunes (cpu
+  // preset, num_iterations=60) agrees: validation loss 5.48, 5.45, 6.26 at 0.001, 0.003, 0.01.
+  // Tune it over a grid before comparing Adam with Muon.
   MatrixOptimizer matrix_optimizer = MatrixOptimizer::kMuon;
   double adam_matrix_lr = 0.003;
   // false: no value embeddings; every attention layer's v is λa0·v (the seed's middle layers).
   bool value_embeddings = true;
   // false: no U-net skip connections and no skip_weights; each block reads the previous output.
   bool unet_skips = true;
-  // false: no mixing with x0 and no per-block lambdas; a block's input is x_in itself.
+  // false: no mixing with x0 and no per-block lambdas; a block reads the previous block's
+  // output (plus its skip), and x0 only feeds block 0.
   bool x0_mixing = true;
   // false: the attention window is max_window_tokens (clamped to train_seq_len) from step 0
   // instead of growing from one block.
