@@ -143,6 +143,14 @@ TEST(GptDecoder, MixtureOfExpertsDecodesAsTheFullForward) {
   check_decoder_against_full_forward("fp32", 170, 1e-5, c);
 }
 
+// Without value embeddings, U-net skips and x0 mixing, decoding runs the same reduced blocks.
+TEST(GptDecoder, SwitchedOffComponentsDecodeAsTheFullForward) {
+  Config c = micro_config();
+  c.value_embeddings = c.unet_skips = c.x0_mixing = false;
+  check_decoder_against_full_forward("fp32", 0, 1e-5, c);
+  check_decoder_against_full_forward("fp32", 170, 1e-5, c);
+}
+
 // The cache holds H_kv·D keys and values per position and attention layer: num_heads /
 // num_kv_heads times fewer bytes than one per query head.
 TEST(GptDecoder, GroupedQueryAttentionShrinksTheCacheByTheGroupSize) {

@@ -23,10 +23,11 @@ TEST(FragmentPlan, TensorsGoWithTheirLayers) {
 
 TEST(FragmentPlan, StridedAndSequentialAssignments) {
   for (int64_t layer = 0; layer < 12; ++layer) {
-    EXPECT_EQ(fragment_of_layer(layer, 12, 4, "strided"), layer % 4);
-    EXPECT_EQ(fragment_of_layer(layer, 12, 4, "sequential"), layer / 3);
+    EXPECT_EQ(fragment_of_layer(layer, 12, 4, FragmentOrder::kStrided), layer % 4);
+    EXPECT_EQ(fragment_of_layer(layer, 12, 4, FragmentOrder::kSequential), layer / 3);
   }
-  EXPECT_EQ(fragment_of_layer(5, 6, 4, "sequential"), 3);  // uneven: 6 layers in 4 runs
+  EXPECT_EQ(fragment_of_layer(5, 6, 4, FragmentOrder::kSequential),
+            3);  // uneven: 6 layers in 4 runs
 }
 
 // Every parameter is in exactly one fragment, and the runs cover the fragment's tensors.
@@ -35,7 +36,7 @@ TEST(FragmentPlan, FragmentsPartitionTheParameters) {
   c.vocab_size = 512;
   c.eot_id = 511;
   Gpt model(c);
-  for (const char* order : {"strided", "sequential"}) {
+  for (FragmentOrder order : {FragmentOrder::kStrided, FragmentOrder::kSequential}) {
     for (int64_t P : {1, 2, 3, 6}) {
       const auto frags = plan_fragments(model.params().tensors(), c.num_layers, P, order);
       ASSERT_EQ(frags.size(), static_cast<size_t>(P));
@@ -49,7 +50,7 @@ TEST(FragmentPlan, FragmentsPartitionTheParameters) {
         }
         EXPECT_EQ(in_runs, f.numel);
         total += f.numel;
-        EXPECT_FALSE(f.tensors.empty()) << order << " P=" << P;
+        EXPECT_FALSE(f.tensors.empty()) << fragment_order_name(order) << " P=" << P;
       }
       EXPECT_EQ(total, model.params().size());
       for (size_t i = 0; i < covered.size(); ++i) ASSERT_EQ(covered[i], 1) << i;
@@ -77,14 +78,14 @@ TEST(FragmentPlan, ScheduleStaggersTheFragments) {
 
 TEST(FragmentPlan, ConfigResolvesTheModesDefaults) {
   Config c = preset("cpu");
-  c.sync = "streaming_diloco";
+  c.sync = SyncMode::kStreamingDiloco;
   EXPECT_EQ(c.outer_fragments(), 2);  // 6 layers, 3 each
   EXPECT_EQ(c.outer_sync_delay(), 1);
   EXPECT_EQ(c.outer_merge_alpha(), 0.5);
   EXPECT_EQ(c.outer_bits(), 4);
   c.sync_delay = 0;
   EXPECT_EQ(c.outer_merge_alpha(), 0.0);
-  c.sync = "diloco";
+  c.sync = SyncMode::kDiloco;
   c.sync_delay = -1;
   EXPECT_EQ(c.outer_fragments(), 1);
   EXPECT_EQ(c.outer_sync_delay(), 0);
@@ -103,15 +104,31 @@ TEST(FragmentPlan, BadDilocoSettingsAreRefusedByName) {
       EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
     }
   };
-  refused([](Config& c) { c.sync = "gossip"; }, "sync");
   refused([](Config& c) { c.replicas = 2; }, "replicas");  // with ddp
-  refused([](Config& c) { c.sync = "streaming_diloco", c.sync_every = 5; }, "sync_every");
-  refused([](Config& c) { c.sync = "streaming_diloco", c.sync_delay = 50; }, "sync_delay");
-  refused([](Config& c) { c.sync = "diloco", c.fragments = 2; }, "sync");
+  refused([](Config& c) { c.sync = SyncMode::kStreamingDiloco, c.sync_every = 5; }, "sync_every");
+  refused([](Config& c) { c.sync = SyncMode::kStreamingDiloco, c.sync_delay = 50; }, "sync_delay");
+  refused([](Config& c) { c.sync = SyncMode::kDiloco, c.fragments = 2; }, "sync");
   refused([](Config& c) { c.outer_grad_bits = 6; }, "outer_grad_bits");
   refused([](Config& c) { c.outer_momentum = 1; }, "outer_momentum");
-  refused([](Config& c) { c.fragment_order = "random"; }, "fragment_order");
   refused([](Config& c) { c.fragment_merge_alpha = 1.5; }, "fragment_merge_alpha");
+  for (const char* bad : {"sync=gossip", "fragment_order=random"}) {
+    Config c = preset("cpu");
+    try {
+      set_config_value(c, bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "'" + std::string(bad).substr(0, std::string(bad).find('=')) + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  Config c = preset("cpu");
+  set_config_value(c, "sync=streaming_diloco");
+  set_config_value(c, "fragment_order=sequential");
+  EXPECT_EQ(c.sync, SyncMode::kStreamingDiloco);
+  EXPECT_EQ(c.fragment_order, FragmentOrder::kSequential);
+  EXPECT_EQ(config_to_json(c)["sync"], "streaming_diloco");
 }
 
 }  // namespace

@@ -19,5 +19,6 @@ void register_leaderboard(CLI::App& app);
 void register_prepare(CLI::App& app);
 void register_speedrun(CLI::App& app);
 void register_evals(CLI::App& app);  // cmd_evals.cpp
+void register_plot(CLI::App& app);
 
 }  // namespace nanogpt::cli

@@ -116,6 +116,7 @@ int run(int argc, char** argv) {
   nanogpt::cli::register_prepare(app);
   nanogpt::cli::register_speedrun(app);
   nanogpt::cli::register_evals(app);
+  nanogpt::cli::register_plot(app);
 
   std::string unknown;
   if (const CLI::App* where = find_unknown_subcommand(app, argc, argv, &unknown)) {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <span>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -16,7 +19,8 @@ namespace {
 
 using FieldPtr =
     std::variant<int64_t Config::*, double Config::*, bool Config::*, PrecisionSetting Config::*,
-                 std::vector<int64_t> Config::*, std::string Config::*>;
+                 MatrixOptimizer Config::*, SyncMode Config::*, FragmentOrder Config::*,
+                 std::vector<int64_t> Config::*>;
 
 struct Field {
   const char* name;
@@ -69,6 +73,12 @@ const std::vector<Field>& fields() {
       {"adam_eps", &Config::adam_eps},
       {"bucket_mb", &Config::bucket_mb},
       {"comm_thread", &Config::comm_thread},
+      {"matrix_optimizer", &Config::matrix_optimizer},
+      {"adam_matrix_lr", &Config::adam_matrix_lr},
+      {"value_embeddings", &Config::value_embeddings},
+      {"unet_skips", &Config::unet_skips},
+      {"x0_mixing", &Config::x0_mixing},
+      {"window_warmup", &Config::window_warmup},
       {"sync", &Config::sync},
       {"replicas", &Config::replicas},
       {"sync_every", &Config::sync_every},
@@ -100,6 +110,61 @@ constexpr std::pair<PrecisionSetting, const char*> kPrecisionSettings[] = {
     {PrecisionSetting::kAuto, "auto"},
     {PrecisionSetting::kFp32, "fp32"},
     {PrecisionSetting::kBf16, "bf16"}};
+constexpr std::pair<MatrixOptimizer, const char*> kMatrixOptimizers[] = {
+    {MatrixOptimizer::kMuon, "muon"}, {MatrixOptimizer::kAdam, "adam"}};
+constexpr std::pair<SyncMode, const char*> kSyncModes[] = {
+    {SyncMode::kDdp, "ddp"},
+    {SyncMode::kDiloco, "diloco"},
+    {SyncMode::kStreamingDiloco, "streaming_diloco"}};
+constexpr std::pair<FragmentOrder, const char*> kFragmentOrders[] = {
+    {FragmentOrder::kStrided, "strided"}, {FragmentOrder::kSequential, "sequential"}};
+
+// The spellings of a key whose values are names (an enum), and the phrase listing them.
+template <class T>
+constexpr bool kIsNamedValue =
+    std::is_same_v<T, PrecisionSetting> || std::is_same_v<T, MatrixOptimizer> ||
+    std::is_same_v<T, SyncMode> || std::is_same_v<T, FragmentOrder>;
+
+template <class T>
+std::span<const std::pair<T, const char*>> value_names() {
+  if constexpr (std::is_same_v<T, PrecisionSetting>) {
+    return kPrecisionSettings;
+  } else if constexpr (std::is_same_v<T, MatrixOptimizer>) {
+    return kMatrixOptimizers;
+  } else if constexpr (std::is_same_v<T, SyncMode>) {
+    return kSyncModes;
+  } else {
+    return kFragmentOrders;
+  }
+}
+
+template <class T>
+std::string allowed_names() {
+  std::string s;
+  const auto names = value_names<T>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    s.append(i == 0 ? "" : (i + 1 == names.size() ? " or " : ", "));
+    s.append(1, '"').append(names[i].second).append(1, '"');
+  }
+  return s;
+}
+
+template <class T>
+const char* name_of(T value) {
+  for (auto [v, name] : value_names<T>()) {
+    if (v == value) return name;
+  }
+  throw Error("internal: a configuration value without a name");
+}
+
+bool is_named_value_field(const FieldPtr& ptr) {
+  return std::visit(
+      [](auto member) {
+        using T = std::remove_cvref_t<decltype(std::declval<Config&>().*member)>;
+        return kIsNamedValue<T>;
+      },
+      ptr);
+}
 
 void assign_from_json(Config& c, const Field& f, const nlohmann::json& v) {
   auto bad = [&](const char* want) {
@@ -118,19 +183,16 @@ void assign_from_json(Config& c, const Field& f, const nlohmann::json& v) {
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!v.is_boolean()) throw bad("true or false");
           c.*member = v.get<bool>();
-        } else if constexpr (std::is_same_v<T, PrecisionSetting>) {
-          const char* allowed = "\"auto\", \"fp32\" or \"bf16\"";
-          if (!v.is_string()) throw bad(allowed);
-          for (auto [setting, name] : kPrecisionSettings) {
+        } else if constexpr (kIsNamedValue<T>) {
+          const std::string allowed = allowed_names<T>();
+          if (!v.is_string()) throw bad(allowed.c_str());
+          for (auto [value, name] : value_names<T>()) {
             if (v.get<std::string>() == name) {
-              c.*member = setting;
+              c.*member = value;
               return;
             }
           }
-          throw bad(allowed);
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (!v.is_string()) throw bad("a string");
-          c.*member = v.get<std::string>();  // validate_config checks the value
+          throw bad(allowed.c_str());
         } else {
           if (!v.is_array()) throw bad("a list of integers, e.g. [7]");
           std::vector<int64_t> out;
@@ -174,6 +236,7 @@ int64_t Config::layer_window_blocks(int64_t layer, int64_t window_blocks) const 
 }
 
 int Config::value_embed_index(int64_t layer) const {
+  if (!value_embeddings) return -1;
   if (layer < 3) return static_cast<int>(layer);
   if (layer >= num_layers - 3) return static_cast<int>(layer - (num_layers - 3));
   return -1;
@@ -263,8 +326,7 @@ void set_config_value(Config& config, const std::string& assignment, ConfigOrigi
   std::string value = assignment.substr(eq + 1);
   const Field& f = find_field(key);
   nlohmann::json v;
-  if (std::holds_alternative<PrecisionSetting Config::*>(f.ptr) ||
-      std::holds_alternative<std::string Config::*>(f.ptr)) {
+  if (is_named_value_field(f.ptr)) {
     // Names are taken as written (--set precision=bf16), or as JSON when quoted.
     const bool quoted = value.size() >= 2 && value.front() == '"' && value.back() == '"';
     v = quoted ? value.substr(1, value.size() - 2) : value;
@@ -285,9 +347,8 @@ nlohmann::ordered_json config_to_json(const Config& c) {
   for (const Field& f : fields()) {
     std::visit(
         [&](auto member) {
-          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c.*member)>,
-                                       PrecisionSetting>) {
-            j[f.name] = precision_setting_name(c.*member);
+          if constexpr (kIsNamedValue<std::remove_cvref_t<decltype(c.*member)>>) {
+            j[f.name] = name_of(c.*member);
           } else {
             j[f.name] = c.*member;
           }
@@ -373,7 +434,8 @@ void validate_config(const Config& c) {
   for (auto [name, v] : {std::pair{"muon_lr", c.muon_lr},
                          {"adam_head_lr", c.adam_head_lr},
                          {"adam_embed_lr", c.adam_embed_lr},
-                         {"adam_scalar_lr", c.adam_scalar_lr}}) {
+                         {"adam_scalar_lr", c.adam_scalar_lr},
+                         {"adam_matrix_lr", c.adam_matrix_lr}}) {
     if (!(v >= 0)) fail(name, "must be >= 0");
   }
   for (auto [name, v] : {std::pair{"muon_momentum_start", c.muon_momentum_start},
@@ -384,13 +446,6 @@ void validate_config(const Config& c) {
   }
   if (!(c.adam_eps > 0)) fail("adam_eps", "must be positive");
   if (!(c.bucket_mb > 0)) fail("bucket_mb", "must be positive (MiB of gradients per bucket)");
-  if (c.sync != "ddp" && c.sync != "diloco" && c.sync != "streaming_diloco") {
-    fail("sync", "must be \"ddp\", \"diloco\" or \"streaming_diloco\", got \"" + c.sync + "\"");
-  }
-  if (c.fragment_order != "strided" && c.fragment_order != "sequential") {
-    fail("fragment_order",
-         "must be \"strided\" or \"sequential\", got \"" + c.fragment_order + "\"");
-  }
   if (c.replicas < 0) fail("replicas", "must be >= 0 (0: one replica per rank)");
   if (c.sync_every < 1) fail("sync_every", "must be at least 1 (inner steps between outer steps)");
   if (!(c.outer_lr > 0)) fail("outer_lr", "must be positive");
@@ -409,13 +464,13 @@ void validate_config(const Config& c) {
     fail("outer_grad_bits", "must be 4, 8, 16 or 32 (or 0: the mode's default), got " +
                                 std::to_string(c.outer_grad_bits));
   }
-  if (c.sync == "ddp") {
+  if (c.sync == SyncMode::kDdp) {
     if (c.replicas > 1) {
       fail("replicas",
            "needs sync = \"diloco\" or \"streaming_diloco\" (with ddp all ranks are one "
            "replica)");
     }
-  } else if (c.sync == "diloco") {
+  } else if (c.sync == SyncMode::kDiloco) {
     if (c.fragments > 1 || c.sync_delay > 0 || c.fragment_merge_alpha > 0) {
       fail("sync",
            "\"diloco\" synchronizes the whole model at once with no delay; for "
@@ -437,13 +492,13 @@ void validate_config(const Config& c) {
 }
 
 int64_t Config::outer_fragments() const {
-  if (sync != "streaming_diloco") return 1;
+  if (sync != SyncMode::kStreamingDiloco) return 1;
   return fragments > 0 ? fragments : ceil_div(num_layers, 3);
 }
 
 int64_t Config::outer_sync_delay() const {
   if (sync_delay >= 0) return sync_delay;
-  return sync == "streaming_diloco" ? 1 : 0;
+  return sync == SyncMode::kStreamingDiloco ? 1 : 0;
 }
 
 double Config::outer_merge_alpha() const {
@@ -453,7 +508,7 @@ double Config::outer_merge_alpha() const {
 
 int Config::outer_bits() const {
   if (outer_grad_bits > 0) return static_cast<int>(outer_grad_bits);
-  return sync == "streaming_diloco" ? 4 : 32;
+  return sync == SyncMode::kStreamingDiloco ? 4 : 32;
 }
 
 Precision resolved_precision(const Config& c) {
@@ -471,10 +526,19 @@ const char* precision_name(Precision p) {
 }
 
 const char* precision_setting_name(PrecisionSetting p) {
-  for (auto [setting, name] : kPrecisionSettings) {
-    if (setting == p) return name;
-  }
-  throw Error("precision_setting_name: not a PrecisionSetting");
+  return name_of(p);
+}
+
+const char* matrix_optimizer_name(MatrixOptimizer m) {
+  return name_of(m);
+}
+
+const char* sync_mode_name(SyncMode m) {
+  return name_of(m);
+}
+
+const char* fragment_order_name(FragmentOrder o) {
+  return name_of(o);
 }
 
 }  // namespace nanogpt

@@ -17,6 +17,12 @@ namespace nanogpt {
 
 // What the `precision` key asks for; a run multiplies in the Precision it resolves to.
 enum class PrecisionSetting { kAuto, kFp32, kBf16 };
+// What updates the blocks' hidden matrices, the key `matrix_optimizer`: "muon" or "adam".
+enum class MatrixOptimizer { kMuon, kAdam };
+// How replicas synchronise (the key `sync`), and how layers map to Streaming DiLoCo's
+// fragments (`fragment_order`).
+enum class SyncMode { kDdp, kDiloco, kStreamingDiloco };
+enum class FragmentOrder { kStrided, kSequential };
 
 struct Config {
   // Model (seed: GPT(vocab_size, num_layers, num_heads, model_dim)).
@@ -105,16 +111,39 @@ struct Config {
   // training goes on, merging θ ← α·θ_local + (1−α)·θ_global (fragment_merge_alpha = α;
   // -1: 0.5 with a delay, 0 without). Outer gradients travel as outer_grad_bits-bit values
   // (optim/outer_grad_codec.hpp; 0: 4 for streaming, 32 for diloco).
-  std::string sync = "ddp";
+  SyncMode sync = SyncMode::kDdp;
   int64_t replicas = 0;
   int64_t sync_every = 100;
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   int64_t fragments = 0;
-  std::string fragment_order = "strided";
+  FragmentOrder fragment_order = FragmentOrder::kStrided;
   int64_t sync_delay = -1;
   double fragment_merge_alpha = -1;
   int64_t outer_grad_bits = 0;
+  // Switches for the seed's components, to measure what each is worth (issue 15); the defaults
+  // are the seed's recipe, and a switched-off component leaves nothing behind: no parameters,
+  // no checkpoint tensors, no optimizer state, no arithmetic.
+  // matrix_optimizer "adam": the blocks' hidden matrices are Adam's (adam_beta1, adam_beta2,
+  // adam_eps, the same LR schedule) at adam_matrix_lr instead of Muon's at muon_lr.
+  // adam_matrix_lr 0.003: Muon moves a matrix's entries by muon_lr/√cols in RMS (an update
+  // with singular values near 1, times √max(1, rows/cols)): 0.05/16 ≈ 0.003 for the cpu
+  // preset's fan-in of 256 (0.0018 for the seed's 768). Adam's first steps move every entry by
+  // about its lr, so 0.003 starts Adam at Muon's step size. A 60-step probe on fortunes (cpu
+  // preset, num_iterations=60) agrees: validation loss 5.48, 5.45, 6.26 at 0.001, 0.003, 0.01.
+  // Tune it over a grid before comparing Adam with Muon.
+  MatrixOptimizer matrix_optimizer = MatrixOptimizer::kMuon;
+  double adam_matrix_lr = 0.003;
+  // false: no value embeddings; every attention layer's v is λa0·v (the seed's middle layers).
+  bool value_embeddings = true;
+  // false: no U-net skip connections and no skip_weights; each block reads the previous output.
+  bool unet_skips = true;
+  // false: no mixing with x0 and no per-block lambdas; a block reads the previous block's
+  // output (plus its skip), and x0 only feeds block 0.
+  bool x0_mixing = true;
+  // false: the attention window is max_window_tokens (clamped to train_seq_len) from step 0
+  // instead of growing from one block.
+  bool window_warmup = true;
 
   int64_t vocab_padded() const { return round_up(vocab_size, 128); }
   int64_t grad_accum_steps() const { return tokens_per_step / train_seq_len; }
@@ -129,7 +158,8 @@ struct Config {
   // The window in blocks of `layer` when the long layers' is window_blocks: short layers see
   // half, at least one block (whether the layer has attention at all is has_attention's).
   int64_t layer_window_blocks(int64_t layer, int64_t window_blocks) const;
-  // Index (0..2) of the value embedding feeding `layer`, or -1.
+  // Index (0..2) of the value embedding feeding `layer`, or -1 (always -1 without
+  // value_embeddings).
   int value_embed_index(int64_t layer) const;
   // The DiLoCo keys with their mode's defaults resolved: fragments P (1 unless streaming), the
   // delay τ, the merge weight α and the bits per outer-gradient value.
@@ -168,6 +198,11 @@ Precision resolved_precision(const Config& config);
 const char* precision_name(Precision p);
 // "auto", "fp32" or "bf16", as the key is spelled.
 const char* precision_setting_name(PrecisionSetting p);
+// "muon" or "adam", as the key is spelled.
+const char* matrix_optimizer_name(MatrixOptimizer m);
+// "ddp", "diloco", "streaming_diloco"; "strided", "sequential".
+const char* sync_mode_name(SyncMode m);
+const char* fragment_order_name(FragmentOrder o);
 
 nlohmann::ordered_json config_to_json(const Config& config);
 Config config_from_json(const nlohmann::json& j, Config base);

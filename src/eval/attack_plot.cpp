@@ -2,24 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <functional>
+
+#include "runtime/svg_plot.hpp"
 
 namespace nanogpt {
 
 namespace {
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
-
-std::string label(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v == 0 ? 0.0 : v);  // no "-0" tick
-  return buf;
-}
+using svg::axes;
+using svg::legend_entry;
+using svg::linear_ticks;
+using svg::log_ticks;
+using svg::Panel;
+using svg::polyline;
 
 const char* color_of(MechanismKind kind) {
   switch (kind) {
@@ -35,86 +30,6 @@ const char* color_of(MechanismKind kind) {
   return "#000";
 }
 
-// A plotting area at (left, top) of w x h pixels over [x0, x1] x [y0, y1], either axis optionally
-// logarithmic.
-struct Panel {
-  double left, top, w, h, x0, x1, y0, y1;
-  bool log_x = false, log_y = false;
-
-  double tx(double v) const { return t(v, x0, x1, log_x); }
-  double ty(double v) const { return t(v, y0, y1, log_y); }
-  double px(double v) const { return left + tx(v) * w; }
-  double py(double v) const { return top + (1.0 - ty(v)) * h; }
-  static double t(double v, double a, double b, bool log) {
-    return log ? (std::log(v) - std::log(a)) / (std::log(b) - std::log(a)) : (v - a) / (b - a);
-  }
-};
-
-void axes(std::string& s, const Panel& p, const std::vector<double>& xticks,
-          const std::vector<double>& yticks, const std::string& xlabel, const std::string& ylabel,
-          const std::string& title) {
-  s += "<rect x='" + num(p.left) + "' y='" + num(p.top) + "' width='" + num(p.w) + "' height='" +
-       num(p.h) + "' fill='none' stroke='#444'/>\n";
-  for (double x : xticks) {
-    s += "<line x1='" + num(p.px(x)) + "' y1='" + num(p.top) + "' x2='" + num(p.px(x)) + "' y2='" +
-         num(p.top + p.h) + "' stroke='#ddd'/>\n";
-    s += "<text x='" + num(p.px(x)) + "' y='" + num(p.top + p.h + 16) + "' text-anchor='middle'>" +
-         label(x) + "</text>\n";
-  }
-  for (double y : yticks) {
-    s += "<line x1='" + num(p.left) + "' y1='" + num(p.py(y)) + "' x2='" + num(p.left + p.w) +
-         "' y2='" + num(p.py(y)) + "' stroke='#ddd'/>\n";
-    s += "<text x='" + num(p.left - 6) + "' y='" + num(p.py(y) + 4) + "' text-anchor='end'>" +
-         label(y) + "</text>\n";
-  }
-  s += "<text x='" + num(p.left + p.w / 2) + "' y='" + num(p.top + p.h + 36) +
-       "' text-anchor='middle'>" + xlabel + "</text>\n";
-  s += "<text transform='translate(" + num(p.left - 48) + "," + num(p.top + p.h / 2) +
-       ") rotate(-90)' text-anchor='middle'>" + ylabel + "</text>\n";
-  s += "<text x='" + num(p.left + p.w / 2) + "' y='" + num(p.top - 10) +
-       "' text-anchor='middle' font-weight='bold'>" + title + "</text>\n";
-}
-
-void polyline(std::string& s, const Panel& p, const std::vector<std::pair<double, double>>& pts,
-              const std::string& color, bool dashed, bool markers) {
-  std::string points;
-  for (auto [x, y] : pts) points += num(p.px(x)) + "," + num(p.py(y)) + " ";
-  s += "<polyline fill='none' stroke='" + color + "' stroke-width='2'" +
-       (dashed ? std::string(" stroke-dasharray='6,4'") : std::string()) + " points='" + points +
-       "'/>\n";
-  if (!markers) return;
-  for (auto [x, y] : pts) {
-    s += "<circle cx='" + num(p.px(x)) + "' cy='" + num(p.py(y)) + "' r='2.5' fill='" + color +
-         "'/>\n";
-  }
-}
-
-void legend_entry(std::string& s, double x, double y, const std::string& color, bool dashed,
-                  const std::string& text) {
-  s += "<line x1='" + num(x) + "' y1='" + num(y) + "' x2='" + num(x + 24) + "' y2='" + num(y) +
-       "' stroke='" + color + "' stroke-width='2'" +
-       (dashed ? std::string(" stroke-dasharray='6,4'") : std::string()) + "/>\n";
-  s += "<text x='" + num(x + 30) + "' y='" + num(y + 4) + "'>" + text + "</text>\n";
-}
-
-std::vector<double> linear_ticks(double a, double b, double step) {
-  std::vector<double> t;
-  for (double v = std::ceil(a / step - 1e-9) * step; v <= b + 1e-9; v += step) {
-    t.push_back(std::round(v / step) * step);
-  }
-  return t;
-}
-
-std::vector<double> log_ticks(double a, double b) {
-  std::vector<double> t;
-  for (double decade = std::pow(10.0, std::floor(std::log10(a))); decade <= b; decade *= 10) {
-    for (double m : {1.0, 2.0, 5.0}) {
-      if (m * decade >= a * (1 - 1e-9) && m * decade <= b * (1 + 1e-9)) t.push_back(m * decade);
-    }
-  }
-  return t;
-}
-
 }  // namespace
 
 std::string boosting_attack_svg(const std::vector<BoostingAttackPoint>& by_k, int64_t rows,
@@ -125,9 +40,7 @@ std::string boosting_attack_svg(const std::vector<BoostingAttackPoint>& by_k, in
       kinds.push_back(p.mechanism);
     }
   }
-  std::string s =
-      "<svg xmlns='http://www.w3.org/2000/svg' width='1100' height='480' "
-      "font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
+  std::string s = svg::begin_document(1100, 480);
 
   // Left: loss against k.
   double k_max = 1, lo = 0.5;
@@ -196,7 +109,7 @@ std::string boosting_attack_svg(const std::vector<BoostingAttackPoint>& by_k, in
     }
     legend_entry(s, 620, ly, "#000", true, "Ladder bound (ln(kn)/n)^(1/3), constant 1");
   }
-  s += "</svg>\n";
+  s += svg::end_document();
   return s;
 }
 

@@ -117,7 +117,7 @@ void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* 
     for (int64_t j = t0 * d; j < t1 * d; ++j) {
       const Real xi = skip_src != nullptr ? x_prev[j] + skip * skip_src[j] : x_prev[j];
       x_in[j] = xi;
-      x_mix[j] = l0 * xi + l1 * x0[j];
+      x_mix[j] = x0 != nullptr ? l0 * xi + l1 * x0[j] : xi;
       x_res[j] = x_mix[j];
     }
     if (norm != nullptr)
@@ -132,12 +132,15 @@ std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_
   std::vector<std::array<double, 3>> partial(static_cast<size_t>(row_blocks(T)));
   for_row_blocks("residual_mix.bwd", T, 7 * d, [&](int64_t b, int64_t t0, int64_t t1) {
     const int64_t j0 = t0 * d, len = (t1 - t0) * d;
-    const double dl0 = dot_double(dx + j0, x_in + j0, len);
-    const double dl1 = dot_double(dx + j0, x0 + j0, len);
-    for (int64_t j = j0; j < j0 + len; ++j) {
-      const Real gm = dx[j];
-      dx0[j] += l1 * gm;
-      dx[j] = l0 * gm;  // d(x_in)
+    double dl0 = 0, dl1 = 0;
+    if (x0 != nullptr) {  // without the mix, d(x_in) = d(x_mix): dx stays
+      dl0 = dot_double(dx + j0, x_in + j0, len);
+      dl1 = dot_double(dx + j0, x0 + j0, len);
+      for (int64_t j = j0; j < j0 + len; ++j) {
+        const Real gm = dx[j];
+        dx0[j] += l1 * gm;
+        dx[j] = l0 * gm;  // d(x_in)
+      }
     }
     double dsw = 0;
     if (skip_src != nullptr) {

@@ -49,15 +49,17 @@ void embed_norm_backward(int64_t T, int64_t d, const int32_t* tokens, const Real
 
 // The residual mix at a block's entry, in one pass:
 //   x_in = x_prev + skip·skip_src  (skip_src null: x_in = x_prev; the U-net's second half)
-//   x_mix = λ0·x_in + λ1·x0;  x_res = x_mix (the residual the block's branches add to)
+//   x_mix = λ0·x_in + λ1·x0 (x0 null: x_mix = x_in, no mixing; l0, l1 unused)
+//   x_res = x_mix (the residual the block's branches add to)
 //   norm = rmsnorm(x_mix), rstd   (norm null: not computed; attention-free blocks)
 template <class Real>
 void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* skip_src, Real skip,
                           const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
                           Real* norm, Real* rstd);
-// Backward of the mix. dx holds d(x_mix) on entry and d(x_prev) on return; dx0 += λ1·dx_mix,
-// dskip_src += skip·d(x_in) (if skip_src). Returns Σ d(x_mix)·x_in, Σ d(x_mix)·x0 (the lambdas'
-// gradients) and Σ d(x_in)·skip_src (the skip weight's).
+// Backward of the mix. dx holds d(x_mix) on entry and d(x_prev) on return; dx0 += λ1·dx_mix
+// (x0 null: no mixing, dx0 untouched), dskip_src += skip·d(x_in) (if skip_src). Returns
+// Σ d(x_mix)·x_in, Σ d(x_mix)·x0 (the lambdas' gradients; 0 without x0) and Σ d(x_in)·skip_src
+// (the skip weight's).
 template <class Real>
 std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_in, const Real* x0,
                                             const Real* skip_src, Real skip, Real l0, Real l1,

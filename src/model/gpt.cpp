@@ -57,9 +57,11 @@ GptT<Real>::GptT(const Config& config) : config_(config), precision_(resolved_pr
   };
   add("embed.weight", {V, d}, ParamGroup::kEmbedding, ParamInit::kNormal, L + 1);
   // Value embeddings are mixed into v, so they are as wide as v: H_kv·D (d without GQA).
-  for (int k = 0; k < 3; ++k) {
-    add(value_embed_name(k), {V, KV}, ParamGroup::kEmbedding, ParamInit::kNormal,
-        value_embed_stage(k));
+  if (config_.value_embeddings) {
+    for (int k = 0; k < 3; ++k) {
+      add(value_embed_name(k), {V, KV}, ParamGroup::kEmbedding, ParamInit::kNormal,
+          value_embed_stage(k));
+    }
   }
   for (int64_t i = 0; i < L; ++i) {
     stage = static_cast<int>(L - i);
@@ -94,17 +96,22 @@ GptT<Real>::GptT(const Config& config) : config_(config), precision_(resolved_pr
           ParamInit::kUniformFanIn);
       add(block_name(i, "mlp.c_proj.weight"), {d, 4 * d}, ParamGroup::kMatrix, ParamInit::kZero);
     }
-    add(block_name(i, "lambdas"), {2}, ParamGroup::kScalar, ParamInit::kBlockLambdas);
+    if (config_.x0_mixing) {
+      add(block_name(i, "lambdas"), {2}, ParamGroup::kScalar, ParamInit::kBlockLambdas);
+    }
   }
   add("lm_head.weight", {config_.vocab_padded(), d}, ParamGroup::kHead, ParamInit::kZero, 0);
   // skip_weights[i - L/2] is written by block i >= L/2: final after block L/2.
-  add("skip_weights", {L / 2}, ParamGroup::kScalar, ParamInit::kOnes, static_cast<int>(L - L / 2));
+  if (config_.unet_skips) {
+    add("skip_weights", {L / 2}, ParamGroup::kScalar, ParamInit::kOnes,
+        static_cast<int>(L - L / 2));
+  }
   params_.allocate();
   grads_.assign(params_.size(), 0.0f);
   w_ = bind(params_.values().data());
   g_ = bind(grads_.data());
   layers_.resize(static_cast<size_t>(L));
-  dskip_.resize(static_cast<size_t>(L / 2));
+  dskip_.resize(config_.unet_skips ? static_cast<size_t>(L / 2) : 0);
 }
 
 template <class Real>
@@ -112,9 +119,11 @@ GptWeights<Real> GptT<Real>::bind(Real* base) const {
   auto at = [&](const std::string& name) { return base + params_.info(name).offset; };
   GptWeights<Real> w;
   w.embed = at("embed.weight");
-  for (int k = 0; k < 3; ++k) w.value_embeds[static_cast<size_t>(k)] = at(value_embed_name(k));
+  if (config_.value_embeddings) {
+    for (int k = 0; k < 3; ++k) w.value_embeds[static_cast<size_t>(k)] = at(value_embed_name(k));
+  }
   w.lm_head = at("lm_head.weight");
-  w.skip_weights = at("skip_weights");
+  if (config_.unet_skips) w.skip_weights = at("skip_weights");
   w.blocks.resize(static_cast<size_t>(config_.num_layers));
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     BlockWeights<Real>& b = w.blocks[static_cast<size_t>(i)];
@@ -134,7 +143,7 @@ GptWeights<Real> GptT<Real>::bind(Real* base) const {
       b.c_fc = at(block_name(i, "mlp.c_fc.weight"));
       b.mlp_proj = at(block_name(i, "mlp.c_proj.weight"));
     }
-    b.lambdas = at(block_name(i, "lambdas"));
+    if (config_.x0_mixing) b.lambdas = at(block_name(i, "lambdas"));
   }
   return w;
 }
@@ -375,11 +384,14 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
     const BlockWeights<Real>& w = w_.blocks[static_cast<size_t>(i)];
     const bool attention = config_.has_attention(i);
     // U-net: a block of the second half adds its mirror's output from the first half.
-    const Real* skip_src = i >= n ? layers_[static_cast<size_t>(L - 1 - i)].x_out.data() : nullptr;
-    const Real skip = i >= n ? w_.skip_weights[i - n] : Real(0);
-    residual_mix_forward(T, d, x, skip_src, skip, x0_.data(), w.lambdas[0], w.lambdas[1],
-                         A.x_in.data(), A.x_mix.data(), A.x_attn.data(),
-                         attention ? A.norm1.data() : nullptr, A.rstd1.data());
+    const bool skipped = config_.unet_skips && i >= n;
+    const Real* skip_src = skipped ? layers_[static_cast<size_t>(L - 1 - i)].x_out.data() : nullptr;
+    const Real skip = skipped ? w_.skip_weights[i - n] : Real(0);
+    const bool mix = config_.x0_mixing;
+    residual_mix_forward(T, d, x, skip_src, skip, mix ? x0_.data() : nullptr,
+                         mix ? w.lambdas[0] : Real(1), mix ? w.lambdas[1] : Real(0), A.x_in.data(),
+                         A.x_mix.data(), A.x_attn.data(), attention ? A.norm1.data() : nullptr,
+                         A.rstd1.data());
     if (attention) {
       linear_forward(precision_, "attn.qkv.fwd", T, d, qkv.row(), A.norm1.data(), w.qkv_w, Real(0),
                      A.qkv_raw.data());
@@ -504,7 +516,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     const BlockWeights<Real>& w = w_.blocks[static_cast<size_t>(i)];
     const BlockWeights<Real>& g = g_.blocks[static_cast<size_t>(i)];
     // dx is the gradient of this block's output; the first half's outputs also fed a skip.
-    if (i < n) add_rows("skip.bwd", T, d, dskip_[static_cast<size_t>(i)].data(), dx);
+    if (config_.unet_skips && i < n)
+      add_rows("skip.bwd", T, d, dskip_[static_cast<size_t>(i)].data(), dx);
 
     // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ. dh_ is the gradient of c_fc's
     // output: that of h times relu²'s derivative (from h), in the product's epilogue.
@@ -571,14 +584,18 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                             true);
     }
     // dx is now d(x_mix); back through the mix (and, for the second half, the skip).
-    const Real* skip_src = i >= n ? layers_[static_cast<size_t>(L - 1 - i)].x_out.data() : nullptr;
-    const Real skip = i >= n ? w_.skip_weights[i - n] : Real(0);
-    Real* dskip_src = i >= n ? dskip_[static_cast<size_t>(L - 1 - i)].data() : nullptr;
-    const std::array<double, 3> sums =
-        residual_mix_backward(T, d, A.x_in.data(), x0_.data(), skip_src, skip, w.lambdas[0],
-                              w.lambdas[1], dx, dx0_.data(), dskip_src);
-    g.lambdas[0] += static_cast<Real>(sums[0]);
-    g.lambdas[1] += static_cast<Real>(sums[1]);
+    const bool skipped = config_.unet_skips && i >= n;
+    const Real* skip_src = skipped ? layers_[static_cast<size_t>(L - 1 - i)].x_out.data() : nullptr;
+    const Real skip = skipped ? w_.skip_weights[i - n] : Real(0);
+    Real* dskip_src = skipped ? dskip_[static_cast<size_t>(L - 1 - i)].data() : nullptr;
+    const bool mix = config_.x0_mixing;
+    const std::array<double, 3> sums = residual_mix_backward(
+        T, d, A.x_in.data(), mix ? x0_.data() : nullptr, skip_src, skip,
+        mix ? w.lambdas[0] : Real(1), mix ? w.lambdas[1] : Real(0), dx, dx0_.data(), dskip_src);
+    if (mix) {
+      g.lambdas[0] += static_cast<Real>(sums[0]);
+      g.lambdas[1] += static_cast<Real>(sums[1]);
+    }
     if (skip_src != nullptr) g_.skip_weights[i - n] += static_cast<Real>(sums[2]);
     stage_done(L - i);
   }

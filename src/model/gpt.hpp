@@ -13,6 +13,11 @@
 //   loss = cross_entropy(30·σ(lm_head(rmsnorm(x)) / (7.5·√d)), targets)
 //          (+ moe_aux_loss_coef · the load-balancing loss of each MoE block, in the backward)
 //
+// Three of the seed's components can be switched off (config.hpp), each taking its parameters
+// with it: unet_skips (no push/pop, no skip_weights), x0_mixing (x = λ0·x + λ1·x0 becomes
+// nothing, no per-block lambdas; x0 only feeds block 0) and value_embeddings (v = λa0·v in
+// every layer, no value_embeds.*).
+//
 // Activations are kept (not recomputed); attention keeps only its output and log-sum-exp and
 // recomputes scores. relu² is fused into c_fc's product and its backward into c_proj's input
 // gradient (GEMM epilogues), so the MLP's hidden layer is never swept on its own, and only its
@@ -123,7 +128,7 @@ class GptT {
  private:
   struct LayerActivations {
     AlignedVector<Real> x_in;      // [T, d] block input (after the skip)
-    AlignedVector<Real> x_mix;     // [T, d] λ0·x_in + λ1·x0
+    AlignedVector<Real> x_mix;     // [T, d] λ0·x_in + λ1·x0 (x_in without x0_mixing)
     AlignedVector<Real> norm1;     // [T, d] rmsnorm(x_mix)
     AlignedVector<Real> rstd1;     // [T]
     AlignedVector<Real> qkv_raw;   // [T, (H + 2·H_kv)·D] qkv_w · norm1: q, k, v

@@ -28,15 +28,13 @@ int64_t fragment_layer_of(const std::string& name, int64_t num_layers) {
 }
 
 int64_t fragment_of_layer(int64_t layer, int64_t num_layers, int64_t fragments,
-                          const std::string& order) {
-  if (order == "strided") return layer % fragments;
-  if (order == "sequential") return layer * fragments / num_layers;
-  throw Error("internal: unknown fragment order '" + order + "'");
+                          FragmentOrder order) {
+  return order == FragmentOrder::kStrided ? layer % fragments : layer * fragments / num_layers;
 }
 
 std::vector<OuterFragment> plan_fragments(const std::vector<ParamTensor>& tensors,
                                           int64_t num_layers, int64_t fragments,
-                                          const std::string& order) {
+                                          FragmentOrder order) {
   std::vector<OuterFragment> out(static_cast<size_t>(fragments));
   for (size_t t = 0; t < tensors.size(); ++t) {
     const ParamTensor& pt = tensors[t];

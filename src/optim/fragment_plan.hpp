@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "model/parameters.hpp"
 
 namespace nanogpt {
@@ -35,12 +36,12 @@ struct OuterFragment {
 
 // The layer a parameter tensor belongs to (see above), for a model of `num_layers` blocks.
 int64_t fragment_layer_of(const std::string& tensor_name, int64_t num_layers);
-// The fragment of `layer` among `fragments` ("strided" or "sequential").
+// The fragment of `layer` among `fragments`.
 int64_t fragment_of_layer(int64_t layer, int64_t num_layers, int64_t fragments,
-                          const std::string& order);
+                          FragmentOrder order);
 std::vector<OuterFragment> plan_fragments(const std::vector<ParamTensor>& tensors,
                                           int64_t num_layers, int64_t fragments,
-                                          const std::string& order);
+                                          FragmentOrder order);
 // Whether fragment p of P synchronizes after `steps_done` inner steps with period H.
 bool fragment_syncs_after(int64_t steps_done, int64_t p, int64_t fragments, int64_t sync_every);
 

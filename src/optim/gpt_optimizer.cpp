@@ -11,6 +11,10 @@
 
 namespace nanogpt {
 
+bool updated_by_muon(const ParamTensor& t, const Config& config) {
+  return t.group == ParamGroup::kMatrix && config.matrix_optimizer == MatrixOptimizer::kMuon;
+}
+
 GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Precision precision,
                            Comm& comm, std::span<const int> ready_stages)
     : config_(config),
@@ -23,7 +27,7 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Pre
     s.param = &t;
     switch (t.group) {
       case ParamGroup::kMatrix:
-        s.base_lr = config.muon_lr;
+        s.base_lr = updated_by_muon(t, config) ? config.muon_lr : config.adam_matrix_lr;
         break;
       case ParamGroup::kEmbedding:
         s.base_lr = config.adam_embed_lr;
@@ -40,7 +44,7 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Pre
         s.base_lr = config.adam_scalar_lr;
         break;
     }
-    if (t.group != ParamGroup::kMatrix) {
+    if (!updated_by_muon(t, config)) {
       s.adam_slice = even_slice(static_cast<int64_t>(t.numel), ranks_, rank_);
       s.exp_avg.assign(static_cast<size_t>(s.adam_slice.size()), 0.0f);
       s.exp_avg_sq.assign(static_cast<size_t>(s.adam_slice.size()), 0.0f);
@@ -51,7 +55,7 @@ GptOptimizer::GptOptimizer(const ParameterSet& params, const Config& config, Pre
   // batched Newton–Schulz does; so is an [E, R, C] stack of experts' matrices, one per expert.
   for (size_t i = 0; i < slots_.size(); ++i) {
     const ParamTensor& t = *slots_[i].param;
-    if (t.group != ParamGroup::kMatrix) continue;
+    if (!updated_by_muon(t, config)) continue;
     const int64_t cols = t.shape.back();
     const int64_t rows = t.shape[t.shape.size() - 2];
     const int64_t count = static_cast<int64_t>(t.numel) / (rows * cols);
@@ -87,7 +91,7 @@ void GptOptimizer::plan_shards(std::span<const int> ready_stages) {
   std::vector<ShardPiece> adam_pieces;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const ParamTensor& t = *slots_[i].param;
-    if (t.group == ParamGroup::kMatrix) continue;
+    if (updated_by_muon(t, config_)) continue;
     for (int r = 0; r < ranks_; ++r) {
       const SliceRange sl = even_slice(static_cast<int64_t>(t.numel), ranks_, r);
       if (sl.size() == 0) continue;
@@ -175,7 +179,7 @@ void GptOptimizer::adam_slices(ParameterSet& params, std::span<const float> grad
   adam.eps = config_.adam_eps;
   for (Slot& s : slots_) {
     const ParamTensor& t = *s.param;
-    if (t.group == ParamGroup::kMatrix || s.adam_slice.size() == 0) continue;
+    if (updated_by_muon(t, config_) || s.adam_slice.size() == 0) continue;
     // Moments, denominator and update: about 13 FLOPs; p, g, m, v read and p, m, v written.
     const auto n = s.adam_slice.size();
     const double nd = static_cast<double>(n);
@@ -314,6 +318,7 @@ size_t GptOptimizer::newton_schulz_bytes() const {
 }
 
 double muon_newton_schulz_flops(const Config& c) {
+  if (c.matrix_optimizer != MatrixOptimizer::kMuon) return 0;
   const QkvShape qkv = qkv_shape(c);
   const int64_t d = c.model_dim, hd = qkv.q_width(), kv = qkv.kv_width(), s = c.muon_ns_steps;
   double f = 0;
@@ -339,7 +344,7 @@ std::vector<GptOptimizer::StateTensor> GptOptimizer::state_layout() const {
   std::vector<StateTensor> out;
   for (const Slot& s : slots_) {
     const ParamTensor& t = *s.param;
-    if (t.group == ParamGroup::kMatrix) {
+    if (updated_by_muon(t, config_)) {
       out.push_back({"muon_buffer/" + t.name, t.shape, {}});
     } else {
       out.push_back({"adam_exp_avg/" + t.name, t.shape, {}});
@@ -355,14 +360,14 @@ std::vector<GptOptimizer::StateTensor> GptOptimizer::export_state() {
   std::vector<size_t> first(slots_.size());
   for (size_t i = 0, k = 0; i < slots_.size(); ++i) {
     first[i] = k;
-    k += slots_[i].param->group == ParamGroup::kMatrix ? 1 : 2;
+    k += updated_by_muon(*slots_[i].param, config_) ? 1 : 2;
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
     const ParamTensor& t = *s.param;
     StateTensor& a = out[first[i]];
     a.data.assign(t.numel, 0.0f);
-    if (t.group == ParamGroup::kMatrix) continue;  // filled from the matrices below
+    if (updated_by_muon(t, config_)) continue;  // filled from the matrices below
     StateTensor& b = out[first[i] + 1];
     b.data.assign(t.numel, 0.0f);
     // Each rank's slice, gathered in rank order: the slices tile the tensor in that order.
@@ -403,7 +408,7 @@ void GptOptimizer::import_state(const std::vector<StateTensor>& state) {
   }
   for (size_t i = 0, k = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    if (s.param->group == ParamGroup::kMatrix) {
+    if (updated_by_muon(*s.param, config_)) {
       for (MuonMatrix& m : muon_) {
         if (m.slot != i || m.owner != rank_) continue;
         const float* src = state[k].data.data() + m.offset;

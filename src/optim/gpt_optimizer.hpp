@@ -1,7 +1,9 @@
 // The seed's optimizer setup over a model's parameter groups: Muon for the hidden matrices
 // (qkv_w as three matrices, a stack of experts' matrices as one per expert), Adam for lm_head,
 // the embeddings, the scalars and the MoE routers; every learning rate follows the same
-// multiplier schedule, and Muon's momentum warms up.
+// multiplier schedule, and Muon's momentum warms up. With matrix_optimizer "adam" the hidden
+// matrices are Adam's too (at adam_matrix_lr), each one Adam tensor like any other, so they
+// are checkpointed as Adam moments and sharded as Adam slices.
 //
 // Data-parallel (a Comm of N > 1 ranks): the work and the state are sharded as shard_plan.hpp
 // says. The gradients reach each rank through the GradientReducer, overlapped with the
@@ -30,6 +32,10 @@
 #include "runtime/workspace.hpp"
 
 namespace nanogpt {
+
+// Whether Muon updates `t`: a hidden matrix under matrix_optimizer "muon". Everything else
+// is Adam's.
+bool updated_by_muon(const ParamTensor& t, const Config& config);
 
 class GptOptimizer {
  public:
@@ -145,7 +151,7 @@ class GptOptimizer {
 };
 
 // Newton–Schulz FLOPs of one optimizer step: every Muon matrix of a model with this
-// configuration (qkv_w as three), muon_ns_steps iterations each.
+// configuration (qkv_w as three), muon_ns_steps iterations each; 0 with matrix_optimizer adam.
 double muon_newton_schulz_flops(const Config& config);
 
 // How many of the leading matrices (costs `work`, largest first) Muon runs one at a time on

@@ -33,8 +33,10 @@ int64_t max_window_blocks(const Config& c) {
 }
 
 int64_t attention_window_at(const Config& c, int64_t step) {
+  // Without the warm-up every step takes the schedule's end point.
+  const int64_t at = c.window_warmup ? step : c.num_iterations;
   return std::min(max_window_blocks(c),
-                  window_blocks(step, c.num_iterations, c.max_window_tokens, c.block_size));
+                  window_blocks(at, c.num_iterations, c.max_window_tokens, c.block_size));
 }
 
 }  // namespace nanogpt

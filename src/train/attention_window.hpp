@@ -26,7 +26,8 @@ int64_t max_window_blocks(const Config& config);
 // a training sequence). The clamp is to the training sequence, not to whatever sequence is
 // being run: short layers see half of the window, so clamping to a shorter evaluation or
 // sampling context would narrow them below what the model was trained with. Evaluation and
-// sampling default to step num_iterations, the window the model last trained with.
+// sampling default to step num_iterations, the window the model last trained with. With
+// window_warmup false, every step has that last window (max_window_tokens from step 0).
 int64_t attention_window_at(const Config& config, int64_t step);
 
 }  // namespace nanogpt

@@ -111,7 +111,7 @@ std::vector<GradientTensor> gradients_in_backward_order(const std::vector<ParamT
         }
       }
     }
-    if (it->group == ParamGroup::kMatrix) {
+    if (it->group == ParamGroup::kMatrix && config.matrix_optimizer == MatrixOptimizer::kMuon) {
       g.muon_matrices = it->shape.size() == 3 ? it->shape[0] : 1;
     }
     out.push_back(std::move(g));

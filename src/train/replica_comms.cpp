@@ -7,7 +7,7 @@
 namespace nanogpt {
 
 ReplicaComms::ReplicaComms(Comm& world, const Config& c) : world_(world), replica_(&world) {
-  if (c.sync == "ddp") return;
+  if (c.sync == SyncMode::kDdp) return;
   replicas_ = c.replicas > 0 ? static_cast<int>(c.replicas) : world.size();
   if (world.size() % replicas_ != 0) {
     throw InputError("replicas = " + std::to_string(replicas_) + " does not divide the " +

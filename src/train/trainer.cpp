@@ -234,8 +234,8 @@ TrainResult train(const TrainOptions& options) {
     std::fprintf(stderr,
                  "%s: %d replicas of %d ranks; %lld fragments (%s), outer step every %lld inner "
                  "steps, delay %lld, merge alpha %g, %d-bit outer gradients\n",
-                 c.sync.c_str(), comms.replicas(), comms.replica().size(),
-                 static_cast<long long>(c.outer_fragments()), c.fragment_order.c_str(),
+                 sync_mode_name(c.sync), comms.replicas(), comms.replica().size(),
+                 static_cast<long long>(c.outer_fragments()), fragment_order_name(c.fragment_order),
                  static_cast<long long>(c.sync_every), static_cast<long long>(c.outer_sync_delay()),
                  c.outer_merge_alpha(), c.outer_bits());
     for (size_t p = 0; p < outer->fragments().size(); ++p) {

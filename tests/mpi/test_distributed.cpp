@@ -213,8 +213,7 @@ TEST(DataParallel, ProgressByPollingGivesTheSameBitsAsTheThread) {
 
 // Given the same summed gradient on every rank, the sharded step (Muon on owners, Adam on
 // slices, parameters gathered) is bitwise the single-process step, momentum included.
-TEST(DataParallel, ShardedStepIsBitwiseTheSingleProcessStep) {
-  Config c = dp_config(PrecisionSetting::kFp32);
+void expect_sharded_step_is_the_single_process_step(const Config& c) {
   Gpt model(c);
   randomize(model, 11);
   ParameterSet dist_params = model.params(), one_params = model.params();
@@ -233,6 +232,32 @@ TEST(DataParallel, ShardedStepIsBitwiseTheSingleProcessStep) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_EQ(differing_bits(a[i].data, b[i].data), 0u) << a[i].name;
+}
+
+TEST(DataParallel, ShardedStepIsBitwiseTheSingleProcessStep) {
+  expect_sharded_step_is_the_single_process_step(dp_config(PrecisionSetting::kFp32));
+}
+
+// With matrix_optimizer adam the matrices are Adam tensors, sliced over the ranks like the
+// others; with the switchable components off the model has fewer tensors and backward stages.
+Config everything_off(Config c) {
+  c.matrix_optimizer = MatrixOptimizer::kAdam;
+  c.value_embeddings = c.unet_skips = c.x0_mixing = c.window_warmup = false;
+  return c;
+}
+
+TEST(DataParallel, AdamMatricesShardedStepIsBitwiseTheSingleProcessStep) {
+  expect_sharded_step_is_the_single_process_step(
+      everything_off(dp_config(PrecisionSetting::kFp32)));
+}
+
+TEST(DataParallel, SwitchedOffComponentsTrainAsOneProcess) {
+  const Config c = everything_off(dp_config(PrecisionSetting::kFp32));
+  const Trained dist = train_steps(c, world(), 6);
+  const Trained one = train_steps(c, Comm::local(), 6);
+  for (size_t s = 0; s < dist.losses.size(); ++s) {
+    EXPECT_NEAR(dist.losses[s], one.losses[s], 1e-5 * std::fabs(one.losses[s])) << "step " << s;
+  }
 }
 
 // Optimizer state gathered from N ranks loads into one process and back, unchanged: the same
@@ -424,7 +449,7 @@ std::vector<std::vector<float>> diloco_reference(const Config& c, int steps, int
 
 Config diloco_config() {
   Config c = dp_config(PrecisionSetting::kFp32);
-  c.sync = "diloco";
+  c.sync = SyncMode::kDiloco;
   c.sync_every = 3;
   c.outer_grad_bits = 32;
   return c;
@@ -470,7 +495,7 @@ TEST(Diloco, OuterStepMatchesAPlainLoopReference) {
 // 4-bit outer gradients; the parameters match the reference schedule after every step.
 TEST(Diloco, StreamingMatchesItsReferenceScheduleStepByStep) {
   Config c = diloco_config();
-  c.sync = "streaming_diloco";
+  c.sync = SyncMode::kStreamingDiloco;
   c.fragments = 2;
   c.sync_every = 4;
   c.outer_grad_bits = 4;
@@ -479,7 +504,7 @@ TEST(Diloco, StreamingMatchesItsReferenceScheduleStepByStep) {
   expect_matches_reference(c, 10, "streaming 4-bit");
   c.fragments = 3;
   c.sync_every = 6;
-  c.fragment_order = "sequential";
+  c.fragment_order = FragmentOrder::kSequential;
   c.outer_grad_bits = 8;
   c.sync_delay = 0;
   expect_matches_reference(c, 8, "streaming sequential 8-bit, no delay");
