@@ -102,13 +102,22 @@ void StreamingDiloco::complete(size_t p) {
   const auto M = static_cast<float>(across_.size());
   const auto lr = static_cast<float>(config_.outer_lr);
   const auto mu = static_cast<float>(config_.outer_momentum);
-  for_each_chunk(static_cast<int64_t>(s.count), [&](int64_t, int64_t b, int64_t e) {
-    for (auto i = static_cast<size_t>(b); i < static_cast<size_t>(e); ++i) {
-      const float delta = scratch_[i] / M;
-      s.momentum[i] = mu * s.momentum[i] + delta;
-      s.global[i] -= lr * (delta + mu * s.momentum[i]);
-    }
-  });
+  if (s.averaging) {
+    // The end of training: θ_global becomes the replicas' mean, θ_global − mean(Δ).
+    for_each_chunk(static_cast<int64_t>(s.count), [&](int64_t, int64_t b, int64_t e) {
+      for (auto i = static_cast<size_t>(b); i < static_cast<size_t>(e); ++i) {
+        s.global[i] -= scratch_[i] / M;
+      }
+    });
+  } else {
+    for_each_chunk(static_cast<int64_t>(s.count), [&](int64_t, int64_t b, int64_t e) {
+      for (auto i = static_cast<size_t>(b); i < static_cast<size_t>(e); ++i) {
+        const float delta = scratch_[i] / M;
+        s.momentum[i] = mu * s.momentum[i] + delta;
+        s.global[i] -= lr * (delta + mu * s.momentum[i]);
+      }
+    });
+  }
   s.completed = true;
 }
 
@@ -146,6 +155,7 @@ void StreamingDiloco::merge(size_t p, ParameterSet& params, double alpha) {
   }
   s.in_flight = false;
   s.completed = false;
+  s.averaging = false;
 }
 
 std::vector<int> StreamingDiloco::after_inner_step(ParameterSet& params, int64_t steps_done) {
@@ -169,7 +179,10 @@ void StreamingDiloco::finish(ParameterSet& params, int64_t steps_done) {
     if (shares_[p].in_flight) merge(p, params, alpha_);
   }
   for (size_t p = 0; p < shares_.size(); ++p) {
-    if (shares_[p].last_start < steps_done) start(p, params, steps_done);
+    if (shares_[p].last_start < steps_done) {
+      start(p, params, steps_done);
+      shares_[p].averaging = true;
+    }
   }
   for (size_t p = 0; p < shares_.size(); ++p) merge(p, params, 0.0);
 }

@@ -47,9 +47,11 @@ class StreamingDiloco {
   // starts the fragments due now (with τ = 0, completes and merges them at once). Returns the
   // fragments it started.
   std::vector<int> after_inner_step(ParameterSet& params, int64_t steps_done);
-  // The end of training: completes and merges what is in flight, gives every fragment that
-  // moved since its last sync one more outer step, and sets every replica's parameters to
-  // θ_global, so they end identical.
+  // The end of training: completes and merges what is in flight, then every fragment that
+  // moved since its last sync takes the replicas' mean (θ_global − mean Δ: no outer learning
+  // rate and no momentum, whose extrapolation from earlier, larger steps would overshoot when
+  // the inner learning rate has cooled down to nearly zero), and every replica's parameters
+  // become θ_global, so they end identical.
   void finish(ParameterSet& params, int64_t steps_done);
 
   // Checkpoints. settle() completes every outer step in flight (its merge stays scheduled), so
@@ -87,6 +89,7 @@ class StreamingDiloco {
     std::vector<int> gather_counts;   // inside the replica, floats per rank
     Comm::OpId op = 0;
     bool in_flight = false, completed = false;
+    bool averaging = false;  // the end-of-training sync: a plain mean, no outer step
     int64_t started_at = 0, merge_at = 0, last_start = 0;
   };
 

@@ -357,8 +357,8 @@ std::vector<std::vector<float>> diloco_run(const Config& c, int steps) {
 // description: every replica steps, then fragments whose delay ended merge
 // θ_r ← α·θ_r + (1−α)·θ_g, then fragments due average Δ_r = θ_g − θ_r (each rounded through the
 // wire format) and take the Nesterov step on θ_g; at the end, a fragment that moved since its
-// last sync takes one more outer step and every replica takes θ_g. Returns replica `which`'s
-// parameters after each step.
+// last sync becomes the replicas' mean (θ_g − mean Δ) and every replica takes θ_g. Returns replica
+// `which`'s parameters after each step.
 std::vector<std::vector<float>> diloco_reference(const Config& c, int steps, int which) {
   const int M = world().size();  // one replica per rank
   const int64_t P = c.outer_fragments(), H = c.sync_every, tau = c.outer_sync_delay();
@@ -390,7 +390,7 @@ std::vector<std::vector<float>> diloco_reference(const Config& c, int steps, int
       for (size_t i : elements(p)) th[i] = a == 0 ? global[i] : a * th[i] + (1.0f - a) * global[i];
     }
   };
-  auto outer_step = [&](size_t p) {
+  auto outer_step = [&](size_t p, bool mean_only) {
     const std::vector<size_t> idx = elements(p);
     std::vector<float> sum(idx.size(), 0.0f);
     for (int r = 0; r < M; ++r) {
@@ -403,6 +403,10 @@ std::vector<std::vector<float>> diloco_reference(const Config& c, int steps, int
     }
     for (size_t k = 0; k < idx.size(); ++k) {
       const float d = sum[k] / static_cast<float>(M);
+      if (mean_only) {
+        global[idx[k]] -= d;
+        continue;
+      }
       momentum[idx[k]] = mu * momentum[idx[k]] + d;
       global[idx[k]] -= lr * (d + mu * momentum[idx[k]]);
     }
@@ -426,7 +430,7 @@ std::vector<std::vector<float>> diloco_reference(const Config& c, int steps, int
     for (size_t p = 0; p < static_cast<size_t>(P); ++p) {
       const int64_t offset = static_cast<int64_t>(p) * H / P;
       if (t < std::max<int64_t>(1, offset) || (t - offset) % H != 0) continue;
-      outer_step(p);
+      outer_step(p, false);
       last[p] = t;
       if (tau == 0) {
         merge(p, alpha);
@@ -437,7 +441,7 @@ std::vector<std::vector<float>> diloco_reference(const Config& c, int steps, int
     if (t == steps) {
       for (size_t p = 0; p < static_cast<size_t>(P); ++p) {
         if (merge_at[p] >= 0) merge(p, alpha);
-        if (last[p] < t) outer_step(p);
+        if (last[p] < t) outer_step(p, true);
         merge(p, 0.0f);
       }
     }
