@@ -24,22 +24,14 @@
 #include "runtime/random.hpp"
 #include "runtime/safetensors.hpp"
 #include "support/fixtures.hpp"
+#include "support/input_error.hpp"
 #include "support/model.hpp"
+#include "support/train_run.hpp"
 #include "train/attention_window.hpp"
 #include "train/trainer.hpp"
 
 namespace nanogpt {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
 
 bool has_name_containing(const std::vector<std::string>& names, const std::string& part) {
   for (const std::string& n : names) {
@@ -95,13 +87,13 @@ TEST(ComponentSwitches, DefaultsAreTheSeedsRecipeAndKeysParse) {
                 .matrix_optimizer,
             MatrixOptimizer::kMuon);
 
-  const std::string bad = error_of([&] { set_config_value(c, "matrix_optimizer=sgd"); });
+  const std::string bad = input_error([&] { set_config_value(c, "matrix_optimizer=sgd"); });
   EXPECT_NE(bad.find("matrix_optimizer"), std::string::npos) << bad;
   EXPECT_NE(bad.find("\"muon\" or \"adam\""), std::string::npos) << bad;
-  EXPECT_NE(error_of([&] { set_config_value(c, "unet_skips=1"); }).find("true or false"),
+  EXPECT_NE(input_error([&] { set_config_value(c, "unet_skips=1"); }).find("true or false"),
             std::string::npos);
   c.adam_matrix_lr = -1;
-  EXPECT_NE(error_of([&] { validate_config(c); }).find("adam_matrix_lr"), std::string::npos);
+  EXPECT_NE(input_error([&] { validate_config(c); }).find("adam_matrix_lr"), std::string::npos);
 }
 
 TEST(ComponentSwitches, SwitchedOffComponentsHaveNoParameters) {
@@ -272,18 +264,13 @@ TEST(ComponentSwitches, AdamMatricesAreAdamTensorsAtTheirOwnRate) {
 }
 
 TrainOptions switched_off_run(const TempDir& data, const std::string& run) {
-  TrainOptions o;
-  o.config = micro_config();
+  TrainOptions o = micro_train_options(data.path(), run);
   o.config.matrix_optimizer = MatrixOptimizer::kAdam;
   o.config.value_embeddings = false;
   o.config.unet_skips = false;
   o.config.x0_mixing = false;
   o.config.window_warmup = false;
   o.config.train_seq_len = 256;  // room for a window of 2 blocks, so the warm-up would show
-  o.train_pattern = data.path() + "/train_*.bin";
-  o.val_pattern = data.path() + "/val_*.bin";
-  o.run_dir = run;
-  o.live_line = false;
   return o;
 }
 
@@ -325,7 +312,7 @@ TEST(ComponentSwitches, EverythingOffTrainsCheckpointsWithoutThemAndResumesBitwi
   EXPECT_EQ(config_to_json(model->config()), config_to_json(full.config));
   // Into the full model it does not load: it lacks the full model's tensors.
   Gpt with_everything(micro_config());
-  EXPECT_NE(error_of([&] { load_model_weights(with_everything, ckpt); }).find("lacks tensor"),
+  EXPECT_NE(input_error([&] { load_model_weights(with_everything, ckpt); }).find("lacks tensor"),
             std::string::npos);
 }
 

@@ -7,19 +7,10 @@
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "support/fixtures.hpp"
+#include "support/input_error.hpp"
 
 namespace nanogpt {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
 
 TEST(Config, SpeedrunPresetIsTheSeedsRecord) {
   Config c = preset("speedrun");
@@ -81,11 +72,11 @@ TEST(Config, PrecisionIsAutoByDefaultAndResolvesFromTheCpu) {
   // Anything else is refused where it is parsed, naming the key and the choices; the
   // configuration keeps its value.
   for (const char* bad : {"precision=fp16", "precision=AUTO", "precision="}) {
-    const std::string e = error_of([&] { set_config_value(c, bad); });
+    const std::string e = input_error([&] { set_config_value(c, bad); });
     EXPECT_NE(e.find("'precision' must be \"auto\", \"fp32\" or \"bf16\""), std::string::npos) << e;
   }
   EXPECT_EQ(c.precision, PrecisionSetting::kBf16);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(input_error([] {
               config_from_json({{"precision", 16}}, preset("cpu"));
             }).find("precision"),
             std::string::npos);
@@ -93,26 +84,27 @@ TEST(Config, PrecisionIsAutoByDefaultAndResolvesFromTheCpu) {
 
 TEST(Config, ErrorsNameTheFieldAndWhatIsAllowed) {
   Config c = preset("cpu");
-  EXPECT_NE(error_of([&] { set_config_value(c, "num_layerz=8"); }).find("known keys"),
+  EXPECT_NE(input_error([&] { set_config_value(c, "num_layerz=8"); }).find("known keys"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { set_config_value(c, "num_layers=eight"); }).find("num_layers"),
+  EXPECT_NE(input_error([&] { set_config_value(c, "num_layers=eight"); }).find("num_layers"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { set_config_value(c, "num_layers=2.5"); }).find("an integer"),
+  EXPECT_NE(input_error([&] { set_config_value(c, "num_layers=2.5"); }).find("an integer"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { set_config_value(c, "novalue"); }).find("key=value"), std::string::npos);
+  EXPECT_NE(input_error([&] { set_config_value(c, "novalue"); }).find("key=value"),
+            std::string::npos);
   Config bad = preset("cpu");
   bad.num_layers = 7;
-  EXPECT_NE(error_of([&] { validate_config(bad); }).find("num_layers"), std::string::npos);
+  EXPECT_NE(input_error([&] { validate_config(bad); }).find("num_layers"), std::string::npos);
   bad = preset("cpu");
   bad.train_seq_len = 100;
-  EXPECT_NE(error_of([&] { validate_config(bad); }).find("train_seq_len"), std::string::npos);
+  EXPECT_NE(input_error([&] { validate_config(bad); }).find("train_seq_len"), std::string::npos);
   bad = preset("cpu");
   bad.model_dim = 100;
-  EXPECT_NE(error_of([&] { validate_config(bad); }).find("model_dim"), std::string::npos);
+  EXPECT_NE(input_error([&] { validate_config(bad); }).find("model_dim"), std::string::npos);
   bad = preset("cpu");
   bad.tokens_per_step = 1000;
-  EXPECT_NE(error_of([&] { validate_config(bad); }).find("tokens_per_step"), std::string::npos);
-  EXPECT_NE(error_of([] { load_config("nonexistent-preset"); }).find("speedrun"),
+  EXPECT_NE(input_error([&] { validate_config(bad); }).find("tokens_per_step"), std::string::npos);
+  EXPECT_NE(input_error([] { load_config("nonexistent-preset"); }).find("speedrun"),
             std::string::npos);
 }
 
@@ -123,7 +115,7 @@ TEST(Config, LoadsJsonFileOverAPreset) {
   EXPECT_EQ(c.num_iterations, 10);
   EXPECT_EQ(c.model_dim, 768);
   write_file_atomic(dir.path() + "/bad.json", R"({"num_iterations": "ten"})");
-  EXPECT_NE(error_of([&] { load_config(dir.path() + "/bad.json"); }).find("bad.json"),
+  EXPECT_NE(input_error([&] { load_config(dir.path() + "/bad.json"); }).find("bad.json"),
             std::string::npos);
 }
 

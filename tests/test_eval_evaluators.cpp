@@ -12,21 +12,12 @@
 #include "eval/task_registry.hpp"
 #include "runtime/error.hpp"
 #include "runtime/random.hpp"
+#include "support/input_error.hpp"
 
 namespace nanogpt {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-template <class Fn>
-std::string input_error(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::shared_ptr<const Evaluator> make(const Json& spec) {
   return make_evaluator(spec, "test: ", "evaluators[0]");

@@ -14,21 +14,12 @@
 #include "runtime/file_io.hpp"
 #include "runtime/random.hpp"
 #include "support/fixtures.hpp"
+#include "support/input_error.hpp"
 
 namespace nanogpt {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-template <class Fn>
-std::string input_error(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 Json valid_suite() {
   return Json::parse(R"({

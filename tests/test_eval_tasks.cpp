@@ -9,19 +9,10 @@
 #include "eval/task_countdown.hpp"
 #include "eval/task_registry.hpp"
 #include "runtime/error.hpp"
+#include "support/input_error.hpp"
 
 namespace nanogpt {
 namespace {
-
-template <class Fn>
-std::string input_error(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(EvalTasks, EveryFamilyIsDeterministicAndItsAnswerVerifies) {
   for (const std::string& name : task_family_names()) {

@@ -13,6 +13,7 @@
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "support/fixtures.hpp"
+#include "support/input_error.hpp"
 
 namespace nanogpt {
 namespace {
@@ -24,16 +25,6 @@ std::string rows_text(const std::vector<std::string>& rows) {
 }
 
 // The message of the InputError `fn` throws ("" if it throws none).
-template <class Fn>
-std::string input_error(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 struct Board {
   TempDir dir;
   std::string holdout = dir.path() + "/labels.txt";

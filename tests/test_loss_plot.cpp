@@ -13,21 +13,12 @@
 #include "runtime/file_io.hpp"
 #include "runtime/svg_plot.hpp"
 #include "support/fixtures.hpp"
+#include "support/input_error.hpp"
 #include "train/loss_plot.hpp"
 #include "train/run_metrics.hpp"
 
 namespace nanogpt {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
 
 // A small XML well-formedness check, enough for what the plots write: every tag closed in
 // order, one root element, attributes name='value' or name="value", entities known, and no
@@ -155,19 +146,19 @@ TEST(RunMetrics, ReadsRowsWithRunningSecondsAndTokens) {
 TEST(RunMetrics, BadInputIsAnErrorNamingTheFileAndLine) {
   TempDir dir;
   const std::string f = dir.path() + "/m.jsonl";
-  std::string e = error_of([&] { read_run_metrics(dir.path() + "/nowhere"); });
+  std::string e = input_error([&] { read_run_metrics(dir.path() + "/nowhere"); });
   EXPECT_NE(e.find("no metrics at '" + dir.path() + "/nowhere'"), std::string::npos) << e;
-  e = error_of([&] { read_run_metrics(dir.path()); });
+  e = input_error([&] { read_run_metrics(dir.path()); });
   EXPECT_NE(e.find("without a metrics.jsonl"), std::string::npos) << e;
 
   write_file_atomic(f, metrics_text(2, 1) + "{\"step\": 3, oops}\n" + metrics_text(1, 1));
-  e = error_of([&] { read_run_metrics(f); });
+  e = input_error([&] { read_run_metrics(f); });
   EXPECT_NE(e.find(f + ":3: not valid JSON"), std::string::npos) << e;
   write_file_atomic(f, "{\"step\": 1, \"step_s\": 1, \"tokens_per_s\": 1}\n");
-  e = error_of([&] { read_run_metrics(f); });
+  e = input_error([&] { read_run_metrics(f); });
   EXPECT_NE(e.find(f + ":1: the row has no \"loss\""), std::string::npos) << e;
   write_file_atomic(f, "[1, 2]\n");
-  EXPECT_NE(error_of([&] { read_run_metrics(f); }).find(":1: not a JSON object"),
+  EXPECT_NE(input_error([&] { read_run_metrics(f); }).find(":1: not a JSON object"),
             std::string::npos);
 
   // A last line cut short (a run still writing) is skipped, not an error.
@@ -222,18 +213,18 @@ TEST(LossPlot, RefusesWhatItCannotDraw) {
   write_file_atomic(f, "{\"step\":1,\"loss\":5,\"step_s\":1,\"tokens_per_s\":10}\n");
   const RunMetrics m = read_run_metrics(f);
   LossPlotOptions o;
-  std::string e = error_of([&] { loss_plot_svg({m}, o); });
+  std::string e = input_error([&] { loss_plot_svg({m}, o); });
   EXPECT_NE(e.find("'" + f + "' has no row with val_loss"), std::string::npos) << e;
   EXPECT_NE(e.find("--y train_loss"), std::string::npos) << e;
   o.y = PlotY::kTrainLoss;
   EXPECT_EQ(xml_problem(loss_plot_svg({m}, o)), "");  // a single point still makes a chart
   o.labels = {"a", "b"};
-  e = error_of([&] { loss_plot_svg({m}, o); });
+  e = input_error([&] { loss_plot_svg({m}, o); });
   EXPECT_NE(e.find("2 labels for 1 runs"), std::string::npos) << e;
   o.labels.clear();
   write_file_atomic(f, "{\"step\":1,\"loss\":-1,\"step_s\":1,\"tokens_per_s\":10}\n");
   o.log_y = true;
-  e = error_of([&] { loss_plot_svg({read_run_metrics(f)}, o); });
+  e = input_error([&] { loss_plot_svg({read_run_metrics(f)}, o); });
   EXPECT_NE(e.find("--log-y"), std::string::npos) << e;
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/file_io.hpp"
 #include "support/fixtures.hpp"
 #include "support/model.hpp"
+#include "support/train_run.hpp"
 #include "train/trainer.hpp"
 
 namespace nanogpt {
@@ -32,13 +33,7 @@ std::vector<double> losses_of(const std::string& run_dir) {
 }
 
 TrainOptions options_for(const TempDir& data, const std::string& run) {
-  TrainOptions o;
-  o.config = micro_config();
-  o.train_pattern = data.path() + "/train_*.bin";
-  o.val_pattern = data.path() + "/val_*.bin";
-  o.run_dir = run;
-  o.live_line = false;
-  return o;
+  return micro_train_options(data.path(), run);
 }
 
 TEST(Trainer, LearnsAndWritesRunArtifacts) {
