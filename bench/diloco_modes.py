@@ -15,6 +15,8 @@ least 1) and validation every 25 steps:
   ddp          sync=ddp (every step: gradients reduce-scattered, parameters all-gathered)
   dilocoH      sync=diloco sync_every=H, float32 outer gradients, no delay
   streamingP   sync=streaming_diloco fragments=P sync_every=30, 4-bit, delay 1, alpha 0.5
+  MODE-avg     the same with outer_lr=1 outer_momentum=0 (the outer step is the replicas' mean)
+Outer steps use outer_lr 0.7 and Nesterov momentum 0.9 (DiLoCo's) unless -avg.
 Bytes are rank 0's `comm_bytes` from metrics.jsonl (what it sent; every rank sends alike).
 "peak" is the largest per-step figure before the last step; the last step of a DiLoCo run
 also carries the end-of-run sync that brings every replica to θ_global, reported apart.
@@ -48,14 +50,19 @@ HOP_LATENCY_S = 50e-6
 
 
 def mode_sets(mode: str) -> list[str]:
-    if mode == "ddp":
+    base, _, variant = mode.partition("-")
+    # "-avg": outer_lr 1 and no momentum, θ_global becomes the replicas' mean at every sync.
+    extra = ["outer_lr=1", "outer_momentum=0"] if variant == "avg" else []
+    if variant not in ("", "avg"):
+        raise SystemExit(f"unknown variant '{variant}' in '{mode}' (only -avg)")
+    if base == "ddp":
         return ["sync=ddp"]
-    if mode.startswith("diloco"):
-        return ["sync=diloco", f"sync_every={int(mode[6:])}", "outer_grad_bits=32"]
-    if mode.startswith("streaming"):
-        return ["sync=streaming_diloco", f"fragments={int(mode[9:])}", "sync_every=30",
-                "outer_grad_bits=4", "sync_delay=1"]
-    raise SystemExit(f"unknown mode '{mode}' (ddp, dilocoH, streamingP)")
+    if base.startswith("diloco"):
+        return ["sync=diloco", f"sync_every={int(base[6:])}", "outer_grad_bits=32"] + extra
+    if base.startswith("streaming"):
+        return ["sync=streaming_diloco", f"fragments={int(base[9:])}", "sync_every=30",
+                "outer_grad_bits=4", "sync_delay=1"] + extra
+    raise SystemExit(f"unknown mode '{mode}' (ddp, dilocoH, streamingP, each with -avg)")
 
 
 def cpu_name(nanogpt: str) -> str:
@@ -106,6 +113,8 @@ def project(args, modes: list[str]) -> list[dict]:
     out = []
     for mode in modes:
         sync_sets = sets + (["sync_every=2"] if mode.startswith("streaming") else [])
+        if mode.startswith("streaming") and int(mode.partition("-")[0][9:]) > 2:
+            sync_sets[-1] = f"sync_every={int(mode.partition('-')[0][9:])}"
         rows = train(args, mode, 2, os.path.join(args.out, f"project_{mode}"), sync_sets,
                      ["--max-steps", "2"] if not mode.startswith("streaming") else
                      ["--max-steps", "2"])
@@ -123,13 +132,13 @@ def project(args, modes: list[str]) -> list[dict]:
             if mode == "ddp":
                 t = max(p["compute_s"], ring_seconds(p["bytes_measured"], gbit, 2))
             elif mode.startswith("diloco"):
-                H = int(mode[6:])
+                H = int(mode.partition("-")[0][6:])
                 # diloco here ran with sync_every = H but 2 steps: its sync bytes are the
                 # whole model's at 32 bits, the DDP gradient's size over 2.
                 sync_bytes = ddp["bytes_measured"] / 2
                 t = p["compute_s"] + ring_seconds(sync_bytes, gbit) / H
             else:
-                P = int(mode[9:])
+                P = int(mode.partition("-")[0][9:])
                 H = 30
                 frag = p["bytes_measured"]
                 t = p["compute_s"] + max(0.0, ring_seconds(frag, gbit) - p["compute_s"]) / (H / P)
