@@ -162,3 +162,40 @@ TEST(CommProjection, StepByHand) {
 
 }  // namespace
 }  // namespace nanogpt
+
+namespace nanogpt {
+namespace {
+
+// Hand-worked: S = 10 s with S_ns = 1 s on 2 nodes: compute 9/2 + 1 = 5.5 s. Link: 1 ms per hop,
+// 100 MB/s. DiLoCo, one 200 MB fragment every 20 steps: sync 0.001 + 2 = 2.001 s, waited for:
+// 5.5 + 2.001/20. Streaming, fragments of 60 and 40 MB, H = 20, τ = 1: the larger takes 0.601 s,
+// hidden behind 5.5 s of compute: 5.5 s a step; with a 1 MB/s link it takes 60.001 s, of which
+// 54.501 s are exposed once per H/P = 10 steps.
+TEST(CommProjection, OuterStepHandWorked) {
+  NodeWork work;
+  work.step_s = 10;
+  work.newton_schulz_s = 1;
+  const RingLink link{1e-3, 100e6};
+  OuterSyncPlan diloco;
+  diloco.sync_every = 20;
+  diloco.fragment_bytes = {200e6};
+  const ProjectedOuterStep d = predict_outer_step(work, diloco, 2, link);
+  EXPECT_DOUBLE_EQ(d.compute_s, 5.5);
+  EXPECT_NEAR(d.sync_s, 2.001, 1e-12);
+  EXPECT_NEAR(d.step_s, 5.5 + 2.001 / 20, 1e-12);
+  EXPECT_DOUBLE_EQ(d.bytes_per_step, 10e6);
+  EXPECT_DOUBLE_EQ(d.peak_bytes, 200e6);
+  OuterSyncPlan streaming;
+  streaming.sync_every = 20;
+  streaming.delay = 1;
+  streaming.fragment_bytes = {60e6, 40e6};
+  const ProjectedOuterStep s = predict_outer_step(work, streaming, 2, link);
+  EXPECT_NEAR(s.sync_s, 0.601, 1e-12);
+  EXPECT_DOUBLE_EQ(s.step_s, 5.5);
+  const ProjectedOuterStep slow = predict_outer_step(work, streaming, 2, {1e-3, 1e6});
+  EXPECT_NEAR(slow.step_s, 5.5 + (60.001 - 5.5) / 10, 1e-9);
+  EXPECT_DOUBLE_EQ(predict_outer_step(work, streaming, 1, link).step_s, 10.0);
+}
+
+}  // namespace
+}  // namespace nanogpt

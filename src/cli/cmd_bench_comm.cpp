@@ -29,6 +29,8 @@
 #include "config/config.hpp"
 #include "model/flop_count.hpp"
 #include "model/gpt.hpp"
+#include "optim/fragment_plan.hpp"
+#include "optim/outer_grad_codec.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/cpu_info.hpp"
@@ -193,7 +195,20 @@ struct ProjectArgs {
   double link_efficiency = 0.9;
   double bucket_mb = 25;
   int max_nodes = 256;
+  bool diloco = false;  // also project DiLoCo and Streaming DiLoCo at diloco_nodes
+  int diloco_nodes = 2;
 };
+
+// The outer-sync modes `--diloco` projects, as bench/diloco_modes.py trains them.
+struct OuterMode {
+  const char* name;
+  int64_t fragments, sync_every, delay;
+  int bits;
+};
+constexpr OuterMode kOuterModes[] = {{"diloco H=30, 32-bit", 1, 30, 0, 32},
+                                     {"diloco H=100, 32-bit", 1, 100, 0, 32},
+                                     {"streaming P=2 H=30 tau=1, 4-bit", 2, 30, 1, 4},
+                                     {"streaming P=3 H=30 tau=1, 4-bit", 3, 30, 1, 4}};
 
 // The JSON line `nanogpt bench train` prints for the projection's model at the measured shape,
 // run as a child process of this binary: the very code path a user times with `bench train`.
@@ -302,9 +317,23 @@ void project(const ProjectArgs& a) {
   std::vector<GradientTensor> grads;
   double param_bytes = 0, matrix_bytes = 0;
   int64_t matrices = 0;
+  std::vector<OuterSyncPlan> outer_plans;
   {
     const Gpt model(shape);
     grads = gradients_in_backward_order(model.params().tensors(), shape, head_share);
+    for (const OuterMode& mode : kOuterModes) {
+      OuterSyncPlan plan;
+      plan.sync_every = mode.sync_every;
+      plan.delay = mode.delay;
+      for (const OuterFragment& fragment :
+           plan_fragments(model.params().tensors(), shape.num_layers, mode.fragments,
+                          FragmentOrder::kStrided)) {
+        plan.fragment_bytes.push_back(
+            static_cast<double>(a.diloco_nodes - 1) *
+            static_cast<double>(outer_grad_encoded_bytes(fragment.numel, mode.bits)));
+      }
+      outer_plans.push_back(plan);
+    }
   }
   for (const GradientTensor& g : grads) {
     param_bytes += g.bytes;
@@ -398,6 +427,42 @@ void project(const ProjectArgs& a) {
     }
     std::printf("\n");
   }
+  nlohmann::ordered_json outer_table = nlohmann::ordered_json::array();
+  if (a.diloco) {
+    const int n = a.diloco_nodes;
+    std::printf(
+        "DiLoCo and Streaming DiLoCo on %d nodes (one replica each): compute (S - S_ns)/N + S_ns "
+        "(each replica runs the whole optimizer); a sync all-gathers each fragment's encoded outer "
+        "gradient, (N-1)a + bytes/b; diloco waits for it every H steps, streaming hides tau "
+        "steps of compute behind each fragment.\n",
+        n);
+    std::printf("%-34s %-16s %10s %10s %12s %12s %10s\n", "mode", "link", "compute s", "sync s",
+                "MB/step", "peak MB", "step s");
+    for (const auto& [name, link] : links) {
+      const ProjectedStep ddp = predict_step(work, buckets, matrix_bytes, matrices, n, link, true);
+      std::printf("%-34s %-16s %10.3f %10s %12.1f %12.1f %10.3f\n", "ddp (overlapped)",
+                  name.c_str(), ddp.compute_s + ddp.optimizer_s, "-", ddp.bytes_per_node / 1e6,
+                  ddp.bytes_per_node / 1e6, ddp.step_s);
+      outer_table.push_back({{"mode", "ddp"},
+                             {"link", name},
+                             {"step_s", ddp.step_s},
+                             {"bytes_per_step", ddp.bytes_per_node}});
+      for (size_t k = 0; k < outer_plans.size(); ++k) {
+        const ProjectedOuterStep o = predict_outer_step(work, outer_plans[k], n, link);
+        std::printf("%-34s %-16s %10.3f %10.3f %12.3f %12.1f %10.3f\n", kOuterModes[k].name,
+                    name.c_str(), o.compute_s, o.sync_s, o.bytes_per_step / 1e6, o.peak_bytes / 1e6,
+                    o.step_s);
+        outer_table.push_back({{"mode", kOuterModes[k].name},
+                               {"link", name},
+                               {"compute_s", o.compute_s},
+                               {"sync_s", o.sync_s},
+                               {"step_s", o.step_s},
+                               {"bytes_per_step", o.bytes_per_step},
+                               {"peak_bytes", o.peak_bytes}});
+      }
+    }
+    std::printf("\n");
+  }
   nlohmann::ordered_json j;
   j["bench"] = "comm_projection";
   j["config"] = a.config;
@@ -417,6 +482,7 @@ void project(const ProjectArgs& a) {
   j["hop_latency_s"] = a.hop_latency_us * 1e-6;
   if (!fit.is_null()) j["fit"] = fit;
   j["table"] = table;
+  if (a.diloco) j["outer_sync"] = outer_table;
   j["version"] = NANOGPT_VERSION;
   j["revision"] = build_revision();
   std::printf("%s\n", j.dump().c_str());
@@ -483,6 +549,12 @@ void register_bench_comm(CLI::App& bench) {
   cmd->add_option("--max-nodes", p->max_nodes, "--project: largest N (powers of 2 from 1)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--diloco", p->diloco,
+                "--project: also DiLoCo (H = 30, 100) and Streaming DiLoCo (P = 2, 3; H = 30; "
+                "4-bit; tau = 1) at --diloco-nodes");
+  cmd->add_option("--diloco-nodes", p->diloco_nodes, "--project --diloco: the replicas")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 20));
   cmd->callback([m, p, projecting] {
     if (*projecting) {
       project(*p);

@@ -181,4 +181,32 @@ ProjectedStep predict_step(const NodeWork& work, const std::vector<GradientBucke
   return p;
 }
 
+ProjectedOuterStep predict_outer_step(const NodeWork& work, const OuterSyncPlan& plan, int nodes,
+                                      const RingLink& link) {
+  ProjectedOuterStep r;
+  const double N = nodes;
+  r.compute_s = (work.step_s - work.newton_schulz_s) / N + work.newton_schulz_s;
+  if (nodes < 2 || plan.fragment_bytes.empty()) {
+    r.step_s = r.compute_s;
+    return r;
+  }
+  const double P = static_cast<double>(plan.fragment_bytes.size());
+  double total = 0, largest = 0;
+  for (double b : plan.fragment_bytes) {
+    total += b;
+    largest = std::max(largest, b);
+  }
+  auto transfer = [&](double bytes) {
+    return (N - 1) * link.alpha_s + bytes / link.beta_bytes_per_s;
+  };
+  const double H = static_cast<double>(plan.sync_every);
+  r.sync_s = transfer(largest);
+  r.exposed_per_step_s =
+      std::max(0.0, r.sync_s - static_cast<double>(plan.delay) * r.compute_s) / (H / P);
+  r.step_s = r.compute_s + r.exposed_per_step_s;
+  r.bytes_per_step = total / H;
+  r.peak_bytes = largest;
+  return r;
+}
+
 }  // namespace nanogpt

@@ -117,4 +117,30 @@ ProjectedStep predict_step(const NodeWork& work, const std::vector<GradientBucke
                            double muon_matrix_bytes, int64_t muon_matrices, int nodes,
                            const RingLink& link, bool overlap);
 
+// DiLoCo and Streaming DiLoCo across `nodes` replicas (one node each): every node computes the
+// forward and backward of its share, (S − S_ns)/N, and the WHOLE optimizer, S_ns (its replica
+// orthogonalises every matrix); every H steps each fragment's encoded outer gradient is
+// all-gathered across the replicas, (N − 1)·α + (N − 1)·bytes/β. DiLoCo (one fragment, τ = 0)
+// waits for it: step = compute + t(model)/H. Streaming: fragment transfers overlap τ inner
+// steps, and one leaves every H/P steps, so step = compute + max(0, t(fragment) − τ·compute)
+// / (H/P), with the largest fragment's t.
+struct OuterSyncPlan {
+  int64_t sync_every = 100;            // H
+  int64_t delay = 0;                   // τ
+  std::vector<double> fragment_bytes;  // encoded bytes one node sends per fragment sync, each
+                                       // as (N − 1)·(its share's encoding)
+};
+
+struct ProjectedOuterStep {
+  double compute_s = 0;
+  double sync_s = 0;  // the largest fragment's all-gather
+  double exposed_per_step_s = 0;
+  double step_s = 0;
+  double bytes_per_step = 0;  // sent by one node, averaged over H steps
+  double peak_bytes = 0;      // sent by one node at a sync step
+};
+
+ProjectedOuterStep predict_outer_step(const NodeWork& work, const OuterSyncPlan& plan, int nodes,
+                                      const RingLink& link);
+
 }  // namespace nanogpt
