@@ -1,0 +1,103 @@
+#include "eval/model_scorer.hpp"
+
+#include <cmath>
+
+#include "model/model_kernels.hpp"
+#include "runtime/error.hpp"
+
+namespace nanogpt {
+
+ModelScorer::ModelScorer(Gpt& model, int64_t window_blocks)
+    : model_(model), window_blocks_(window_blocks) {}
+
+std::vector<float> ModelScorer::row_logprobs(KvCache& cache, std::span<const int32_t> inputs,
+                                             std::span<const int32_t> targets) {
+  model_.forward_cached(inputs, window_blocks_, cache);
+  const Config& c = model_.config();
+  // The head as forward_loss runs it (gpt.cpp's loss_params): the same fused kernel, so a
+  // row's loss here is the loss a full forward gives that position.
+  LossArgs<float> p;
+  p.precision = model_.precision();
+  p.T = static_cast<int64_t>(inputs.size());
+  p.d = c.model_dim;
+  p.V = c.vocab_padded();
+  p.x = model_.final_norm().data();
+  p.W = model_.weights().lm_head;
+  p.targets = targets.data();
+  p.softcap = static_cast<float>(c.logit_softcap);
+  p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(c.model_dim)));
+  p.fp8 = c.fp8_head;
+  std::vector<float> loss(inputs.size());
+  const Workspace::Use scratch(model_.workspace());
+  model_loss_forward(p, loss.data());
+  for (float& l : loss) l = -l;
+  return loss;
+}
+
+namespace {
+
+void check_ids(std::span<const uint32_t> ids, const Config& c, const char* what) {
+  for (uint32_t t : ids) {
+    if (static_cast<int64_t>(t) >= c.vocab_size) {
+      throw InputError(std::string(what) + " has token id " + std::to_string(t) +
+                       ", outside the model's vocabulary of " + std::to_string(c.vocab_size) +
+                       " (was the suite tokenized for another model?)");
+    }
+  }
+}
+
+}  // namespace
+
+double ModelScorer::text_logprob(std::span<const uint32_t> tokens) {
+  if (tokens.empty()) throw InputError("cannot score an empty text");
+  const Config& c = model_.config();
+  check_ids(tokens, c, "the text");
+  std::vector<int32_t> inputs, targets;
+  inputs.push_back(static_cast<int32_t>(c.eot_id));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    targets.push_back(static_cast<int32_t>(tokens[i]));
+    if (i + 1 < tokens.size()) inputs.push_back(static_cast<int32_t>(tokens[i]));
+  }
+  KvCache cache(c, static_cast<int64_t>(inputs.size()));
+  double sum = 0;
+  for (float l : row_logprobs(cache, inputs, targets)) sum += l;
+  return sum;
+}
+
+std::vector<double> ModelScorer::continuation_logprobs(
+    std::span<const uint32_t> context, const std::vector<std::vector<uint32_t>>& continuations) {
+  if (context.empty()) throw InputError("cannot score continuations of an empty context");
+  const Config& c = model_.config();
+  check_ids(context, c, "the context");
+  size_t longest = 0;
+  for (const auto& cont : continuations) {
+    if (cont.empty()) throw InputError("cannot score an empty continuation");
+    check_ids(cont, c, "a continuation");
+    longest = std::max(longest, cont.size());
+  }
+  // EOT and the context but its last token: the prefix every choice shares.
+  std::vector<int32_t> prefix;
+  prefix.push_back(static_cast<int32_t>(c.eot_id));
+  for (size_t i = 0; i + 1 < context.size(); ++i)
+    prefix.push_back(static_cast<int32_t>(context[i]));
+  KvCache shared(c, static_cast<int64_t>(prefix.size() + longest));
+  model_.forward_cached(prefix, window_blocks_, shared);
+  std::vector<double> out;
+  out.reserve(continuations.size());
+  std::vector<int32_t> inputs, targets;
+  for (const auto& cont : continuations) {
+    KvCache cache = shared;
+    inputs.assign(1, static_cast<int32_t>(context.back()));
+    targets.clear();
+    for (size_t j = 0; j < cont.size(); ++j) {
+      targets.push_back(static_cast<int32_t>(cont[j]));
+      if (j + 1 < cont.size()) inputs.push_back(static_cast<int32_t>(cont[j]));
+    }
+    double sum = 0;
+    for (float l : row_logprobs(cache, inputs, targets)) sum += l;
+    out.push_back(sum);
+  }
+  return out;
+}
+
+}  // namespace nanogpt
