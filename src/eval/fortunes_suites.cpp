@@ -39,8 +39,8 @@ std::vector<std::string> shard_documents(const std::string& pattern,
         doc.push_back(t);
       }
     }
-    flush();
   }
+  flush();  // the shards are one stream: a document may continue into the next file
   return docs;
 }
 
