@@ -296,10 +296,17 @@ void register_run(CLI::App& evals) {
     } else {
       std::fputs(report_table(report).c_str(), stdout);
     }
-    std::printf("%zu cases in %.2f s (%.2f cases/s, %d worker%s)\n", report.cases.size(),
-                report.duration_seconds,
-                static_cast<double>(report.cases.size()) / report.duration_seconds, workers,
-                workers == 1 ? "" : "s");
+    int64_t generated = 0;
+    for (const CaseRecord& cr : report.cases) {
+      for (const SampleRecord& sr : cr.samples) generated += sr.generated_tokens;
+    }
+    std::printf("%zu cases in %.2f s (%.2f cases/s", report.cases.size(), report.duration_seconds,
+                static_cast<double>(report.cases.size()) / report.duration_seconds);
+    if (generated > 0) {
+      std::printf(", %lld tokens generated, %.1f tokens/s", static_cast<long long>(generated),
+                  static_cast<double>(generated) / report.duration_seconds);
+    }
+    std::printf(", %d worker%s)\n", workers, workers == 1 ? "" : "s");
   });
 }
 

@@ -293,6 +293,7 @@ std::string report_json(const EvalReport& report) {
     for (const SampleRecord& s : c.samples) {
       Json x;
       x["output"] = s.output;
+      x["generated_tokens"] = s.generated_tokens;
       x["duration_seconds"] = number(s.duration_seconds);
       Json lp = Json::array();
       for (double v : s.choice_logprobs) lp.push_back(number(v));
@@ -393,6 +394,7 @@ EvalReport parse_report(std::string_view text, const std::string& path) {
       const Reader s(samples[k], c.where() + "samples[" + std::to_string(k) + "].");
       SampleRecord x;
       x.output = s.str("output");
+      x.generated_tokens = s.integer("generated_tokens");
       x.duration_seconds = s.num("duration_seconds");
       for (const Json& v : s.array("choice_logprobs")) {
         if (!v.is_number() && !v.is_null()) s.fail("choice_logprobs", "must hold numbers");

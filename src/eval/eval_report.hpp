@@ -24,7 +24,8 @@
 namespace nanogpt {
 
 struct SampleRecord {
-  std::string output;  // generate: the completion
+  std::string output;            // generate: the completion
+  int64_t generated_tokens = 0;  // generate: tokens sampled (the stop string's included)
   double duration_seconds = 0;
   std::vector<double> choice_logprobs;  // choice
   double text_logprob = 0;              // text

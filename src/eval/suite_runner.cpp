@@ -70,6 +70,7 @@ CaseRecord run_case(const Suite& suite, size_t index, const BpeTokenizer& tok, M
   rec.expected = case_expected_json(c);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Observation> obs;
+  std::vector<int64_t> generated;  // tokens per completion
   const std::string where = "case '" + c.name + "': ";
   try {
     switch (c.kind) {
@@ -108,6 +109,7 @@ CaseRecord run_case(const Suite& suite, size_t index, const BpeTokenizer& tok, M
             scorer.generate(encode(tok, c.prompt), max_tokens, ss, rngs, stop_here);
         for (const GeneratedSample& s : samples) {
           Observation ob;
+          generated.push_back(static_cast<int64_t>(s.tokens.size()));
           ob.output = tok.decode(s.tokens);
           const size_t cut = first_stop(ob.output, g.stop);
           if (cut != std::string::npos) ob.output.resize(cut);
@@ -124,10 +126,12 @@ CaseRecord run_case(const Suite& suite, size_t index, const BpeTokenizer& tok, M
   }
   rec.duration_seconds = seconds_since(t0);
   const std::vector<const Evaluator*> evaluators = suite.evaluators_for(c);
-  for (Observation& ob : obs) {
+  for (size_t k = 0; k < obs.size(); ++k) {
+    Observation& ob = obs[k];
     ob.duration_seconds = rec.duration_seconds;  // max_duration judges the whole case
     SampleRecord s;
     s.output = ob.output;
+    s.generated_tokens = k < generated.size() ? generated[k] : 0;
     s.duration_seconds = ob.duration_seconds;
     s.choice_logprobs = ob.choice_logprobs;
     s.text_logprob = ob.text_logprob;
