@@ -29,8 +29,9 @@ which favours PyTorch slightly). Tokens/s: choice — the suite's tokens (contex
 every case) per second, the same count for both sides; generation — tokens generated per second
 (each side counts its own: sampled completions differ between the two random streams).
 Prints one JSON line per suite with cases/s and tokens/s of both and the ratio ours / PyTorch,
-the load average, and a correctness check: the PyTorch choice log-likelihoods against ours
-(max absolute difference, and how often the two pick the same choice).
+the load average (before, between ours and the peer, after), and a correctness check: the
+PyTorch choice log-likelihoods against ours (max absolute difference, and how often the two pick
+the same choice), as timed and fp32 against fp32 (ours rerun with --precision fp32).
 """
 from __future__ import annotations
 
@@ -263,9 +264,11 @@ def generate(model, tok, prompt, n, max_tokens, temperature, top_k, stops, gen):
     return texts, generated
 
 
-def run_ours(args, suite, report_path):
+def run_ours(args, suite, report_path, precision=None):
     cmd = [args.nanogpt, "evals", "run", suite, "--checkpoint", args.checkpoint, "--quiet",
            "--seed", str(args.seed), "--threads", str(args.ours_threads), "--report-json", report_path]
+    if precision:
+        cmd += ["--precision", precision]
     env = dict(os.environ, NANOGPT_THREADS=str(args.threads))
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     return json.load(open(report_path))
@@ -330,10 +333,13 @@ def main():
         load0 = os.getloadavg()[0]
         ours_c = run_ours(args, args.choice, os.path.join(tmp, "c.json"))
         ours_g = run_ours(args, args.generate, os.path.join(tmp, "g.json"))
+        load_mid = os.getloadavg()[0]
+        # For the correctness check only: ours in fp32 against the peer in fp32.
+        ours_c32 = run_ours(args, args.choice, os.path.join(tmp, "c32.json"), "fp32")
     ours_gen_tokens = sum(s["generated_tokens"] for c in ours_g["cases"] for s in c["samples"])
 
     modes = ["fp32", "bf16"] if args.mode == "both" else [args.mode]
-    best = {}
+    best, scores_by_mode = {}, {}
     for mode in modes:
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if mode == "bf16" else torch.autocast("cpu", enabled=False)
         with torch.inference_mode(), ctx:
@@ -341,6 +347,7 @@ def main():
             t0 = time.perf_counter()
             scores = score_choices(model, tok, choice_cases, args.batch_cases)
             tc = time.perf_counter() - t0
+            scores_by_mode[mode] = scores
             gen = torch.Generator().manual_seed(args.seed)
             t0 = time.perf_counter()
             gtok = 0
@@ -358,22 +365,30 @@ def main():
             best["generate"] = (tg, mode, gtok)
     load1 = os.getloadavg()[0]
 
-    # Correctness: PyTorch's choice log-likelihoods against ours.
+    # Correctness: the peer's choice log-likelihoods against ours, fp32 against fp32 when the
+    # peer ran fp32, and ours as timed (the checkpoint's precision) against the peer's best.
+    def agreement(report, theirs_all):
+        worst, same = 0.0, 0
+        for ours_case, theirs in zip(report["cases"], theirs_all):
+            lp = ours_case["samples"][0]["choice_logprobs"]
+            worst = max(worst, max(abs(a - b) for a, b in zip(lp, theirs)))
+            pick = max(range(len(lp)), key=lp.__getitem__)
+            same += int(pick == max(range(len(theirs)), key=theirs.__getitem__))
+        return worst, f"{same}/{len(theirs_all)}"
     tc, cmode, scores = best["choice"]
-    worst, same = 0.0, 0
-    for ours_case, theirs in zip(ours_c["cases"], scores):
-        lp = ours_case["samples"][0]["choice_logprobs"]
-        worst = max(worst, max(abs(a - b) for a, b in zip(lp, theirs)))
-        same += int(max(range(len(lp)), key=lp.__getitem__) == max(range(len(theirs)), key=theirs.__getitem__))
+    worst, same = agreement(ours_c, scores)
+    check32 = agreement(ours_c32, scores_by_mode["fp32"]) if "fp32" in scores_by_mode else None
     ours_tc = ours_c["duration_seconds"]
     print(json.dumps({
         "suite": choice_suite["name"], "cases": len(c_cases), "tokens": choice_tokens,
         "ours_cases_per_s": len(c_cases) / ours_tc, "ours_tokens_per_s": choice_tokens / ours_tc,
         "pytorch_cases_per_s": len(c_cases) / tc, "pytorch_tokens_per_s": choice_tokens / tc,
         "pytorch_mode": cmode, "ratio": tc / ours_tc,
-        "max_abs_logprob_difference": worst, "same_pick": f"{same}/{len(c_cases)}",
+        "max_abs_logprob_difference": worst, "same_pick": same,
+        "fp32_max_abs_logprob_difference": check32[0] if check32 else None,
+        "fp32_same_pick": check32[1] if check32 else None,
         "ours_workers": args.ours_threads, "threads": args.threads, "cpu": cpu,
-        "omp_wait_policy": policy, "load_average": [round(load0, 2), round(load1, 2)]}))
+        "omp_wait_policy": policy, "load_average": [round(load0, 2), round(load_mid, 2), round(load1, 2)]}))
     tg, gmode, gtok = best["generate"]
     ours_tg = ours_g["duration_seconds"]
     print(json.dumps({
@@ -384,7 +399,7 @@ def main():
         "pytorch_tokens": gtok, "pytorch_mode": gmode,
         "ratio": (ours_gen_tokens / ours_tg) / (gtok / tg),
         "ours_workers": args.ours_threads, "threads": args.threads, "cpu": cpu,
-        "omp_wait_policy": policy, "load_average": [round(load0, 2), round(load1, 2)]}))
+        "omp_wait_policy": policy, "load_average": [round(load0, 2), round(load_mid, 2), round(load1, 2)]}))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/number_range.hpp"
+#include "config/config.hpp"
 #include "data/bpe_tokenizer.hpp"
 #include "eval/eval_report.hpp"
 #include "eval/fortunes_suites.hpp"
@@ -236,6 +237,7 @@ void register_run(CLI::App& evals) {
     int threads = 0;
     int64_t repeats = 1;
     int64_t window = 0;
+    std::string precision;
     bool quiet = false;
   };
   auto a = std::make_shared<Args>();
@@ -260,6 +262,10 @@ void register_run(CLI::App& evals) {
                   "Attention window of the long layers in blocks (default: the one training "
                   "ended with)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--precision", a->precision,
+                  "Products in fp32 or bf16 (default: what the checkpoint's configuration "
+                  "resolves to on this CPU)")
+      ->check(CLI::IsMember({"fp32", "bf16", "auto"}));
   cmd->add_option("--report-json", a->report_json, "Write the full report here (JSON)");
   cmd->add_option("--report-md", a->report_md, "Write the report here (Markdown)");
   cmd->add_flag("--quiet", a->quiet, "No table on stdout (the averages only)");
@@ -272,7 +278,12 @@ void register_run(CLI::App& evals) {
         static_cast<int>(std::min<size_t>(a->threads > 0 ? static_cast<size_t>(a->threads) : 1,
                                           std::max<size_t>(1, suite.cases.size())));
     std::vector<std::unique_ptr<Gpt>> models;
-    for (int w = 0; w < workers; ++w) models.push_back(load_model(dir));
+    Config config = read_checkpoint_config(dir);
+    if (!a->precision.empty()) set_config_value(config, "precision=" + a->precision);
+    for (int w = 0; w < workers; ++w) {
+      models.push_back(std::make_unique<Gpt>(config));
+      load_model_weights(*models.back(), dir);
+    }
     const Config& c = models.front()->config();
     check_tokenizer_fits(suite, tok, spec, c);
     std::vector<Gpt*> ptrs;
