@@ -120,6 +120,35 @@ TEST(EvalScorer, RefusesTokensOutsideTheVocabulary) {
   EXPECT_THROW(scorer.continuation_logprobs(std::vector<uint32_t>{}, {{5}}), InputError);
 }
 
+TEST(EvalSampling, GreedyIsTheFirstArgmaxAndDrawsFollowTheSoftmax) {
+  std::vector<float> z = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, 9.0f};  // 5 is padding: never drawn
+  std::vector<int32_t> order;
+  std::vector<double> probs;
+  Rng rng(1);
+  SamplingSettings s;
+  s.temperature = 0;
+  EXPECT_EQ(sample_token(z, 5, s, rng, order, probs), 1);  // ties: the lowest id
+  s.temperature = 0.7;
+  s.top_k = 1;
+  EXPECT_EQ(sample_token(z, 5, s, rng, order, probs), 1);
+  // Frequencies over 200000 draws against softmax(z / T) over the top 3: each within 5
+  // standard deviations of its expectation (deterministic: a fixed seed).
+  s.top_k = 3;
+  const int n = 200000;
+  std::vector<int> count(6, 0);
+  for (int i = 0; i < n; ++i)
+    ++count[static_cast<size_t>(sample_token(z, 5, s, rng, order, probs))];
+  double sum = 0;
+  std::vector<double> p(6, 0.0);
+  for (int v : {1, 3, 4})
+    sum += p[static_cast<size_t>(v)] = std::exp(z[static_cast<size_t>(v)] / 0.7);
+  for (int v = 0; v < 6; ++v) {
+    const double q = p[static_cast<size_t>(v)] / sum;
+    const double sd = std::sqrt(n * q * (1 - q)) + 1e-9;
+    EXPECT_NEAR(count[static_cast<size_t>(v)], n * q, 5 * sd + 0.5) << v;
+  }
+}
+
 Suite mixed_suite(int64_t samples, double temperature) {
   const std::string text = R"({"name": "mixed", "cases": [
     {"name": "t0", "kind": "text", "inputs": {"text": "the cat sat on the mat."},

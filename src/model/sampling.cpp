@@ -12,6 +12,15 @@ int32_t sample_token(std::span<const float> logits, int64_t vocab_size,
                      const SamplingSettings& settings, Rng& rng, std::vector<int32_t>& order,
                      std::vector<double>& probs) {
   const float* z = logits.data();
+  if (settings.temperature <= 0) {
+    // Greedy: the most likely token, the lowest id of equal ones — what the sort below puts
+    // first, found in one pass.
+    int32_t best = 0;
+    for (int32_t v = 1; v < static_cast<int32_t>(vocab_size); ++v) {
+      if (z[v] > z[best]) best = v;
+    }
+    return best;
+  }
   order.resize(static_cast<size_t>(vocab_size));
   probs.resize(static_cast<size_t>(vocab_size));
   std::iota(order.begin(), order.end(), 0);
