@@ -324,6 +324,15 @@ TEST(EvalReport, JsonRoundTripsByteForByte) {
   }
 }
 
+TEST(EvalReport, OneLineCutsByCodePointsAndEscapes) {
+  EXPECT_EQ(one_line("a|b\nc", 10), "a\\|b\\nc");
+  EXPECT_EQ(one_line("héllo wörld", 5), "héll…");
+  EXPECT_EQ(one_line("héllo", 5), "héllo");
+  EXPECT_EQ(one_line_tail("few shots\nQuestion: 2+2?", 8), "…n: 2+2?");
+  EXPECT_EQ(one_line_tail("wörld", 5), "wörld");
+  EXPECT_EQ(one_line_tail("héllo wörld", 4), "…rld");
+}
+
 TEST(EvalReport, BadReportsNameTheFileAndField) {
   auto expect_error = [](const std::string& text, const std::vector<std::string>& parts) {
     try {

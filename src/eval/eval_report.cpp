@@ -452,6 +452,20 @@ std::string one_line(std::string_view text, size_t width) {
   return out;
 }
 
+std::string one_line_tail(std::string_view text, size_t width) {
+  // The start of the last `width` code points.
+  size_t points = 0, start = text.size();
+  while (start > 0 && points < width) {
+    --start;
+    if ((static_cast<unsigned char>(text[start]) & 0xC0) != 0x80) ++points;
+  }
+  if (start == 0) return one_line(text, width);
+  // One code point of the tail gives way to the ellipsis.
+  size_t next = start + 1;
+  while (next < text.size() && (static_cast<unsigned char>(text[next]) & 0xC0) == 0x80) ++next;
+  return "…" + one_line(text.substr(next), width);
+}
+
 namespace {
 
 // Appends `item` to a space-separated list.
@@ -503,7 +517,9 @@ std::string output_text(const CaseRecord& c) {
 Row case_row(const CaseRecord& c, size_t width) {
   Row r;
   r.name = one_line(c.name, width);
-  r.inputs = one_line(inputs_text(c), width);
+  // A prompt ends with its question (few-shot examples come first): show its end.
+  r.inputs = c.kind == CaseKind::kGenerate ? one_line_tail(inputs_text(c), width)
+                                           : one_line(inputs_text(c), width);
   r.expected = one_line(expected_text(c), width);
   r.output = one_line(output_text(c), width);
   for (const EvaluatorSummary& s : c.summaries) {
@@ -562,7 +578,8 @@ const std::vector<std::string> kHeader = {"case",   "inputs",     "expected", "o
 std::string report_header_line(const EvalReport& r) {
   return "suite '" + r.suite + "' (" + r.suite_path + ") on " + r.checkpoint + ", seed " +
          std::to_string(r.seed) + ", repeats " + std::to_string(r.repeats) + ", " +
-         std::to_string(r.threads) + " threads, " + fmt("%.2f", r.duration_seconds) + " s";
+         std::to_string(r.threads) + (r.threads == 1 ? " worker, " : " workers, ") +
+         fmt("%.2f", r.duration_seconds) + " s";
 }
 
 }  // namespace

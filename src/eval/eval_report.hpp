@@ -101,5 +101,7 @@ std::string report_table(const EvalReport& report);
 
 // One line per line of text, escaped (\n, |) and cut to `width` code points with "…".
 std::string one_line(std::string_view text, size_t width);
+// The same over the end of the text: "…" and its last width - 1 code points.
+std::string one_line_tail(std::string_view text, size_t width);
 
 }  // namespace nanogpt
