@@ -24,6 +24,7 @@
 #include "model/model_io.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/profiler.hpp"
 #include "runtime/progress_bar.hpp"
 #include "runtime/thread_pool.hpp"
 #include "train/attention_window.hpp"
@@ -237,7 +238,7 @@ void register_run(CLI::App& evals) {
     int threads = 0;
     int64_t repeats = 1;
     int64_t window = 0;
-    std::string precision;
+    std::string precision, profile;
     bool quiet = false;
   };
   auto a = std::make_shared<Args>();
@@ -269,6 +270,9 @@ void register_run(CLI::App& evals) {
   cmd->add_option("--report-json", a->report_json, "Write the full report here (JSON)");
   cmd->add_option("--report-md", a->report_md, "Write the report here (Markdown)");
   cmd->add_flag("--quiet", a->quiet, "No table on stdout (the averages only)");
+  cmd->add_option("--profile", a->profile,
+                  "Write a Chrome trace of the run to this file (open in ui.perfetto.dev) and "
+                  "print where the time went to stderr");
   cmd->callback([a] {
     const Suite suite = load_suite(a->suite);
     const std::string dir = require_checkpoint(a->checkpoint);
@@ -294,7 +298,9 @@ void register_run(CLI::App& evals) {
     o.window_blocks = a->window > 0 ? a->window : attention_window_at(c, c.num_iterations);
     ProgressLine progress("evals run " + suite.name);
     o.progress = [&progress](size_t done, size_t total) { progress.update(done, total); };
+    ProfileSession profile(a->profile);
     EvalReport report = run_suite(suite, tok, ptrs, o);
+    profile.finish();
     report.checkpoint = dir;
     report.tokenizer = spec;
     if (!a->report_json.empty()) save_report(report, a->report_json);

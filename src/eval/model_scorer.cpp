@@ -10,6 +10,25 @@ namespace nanogpt {
 ModelScorer::ModelScorer(Gpt& model, int64_t window_blocks)
     : model_(model), window_blocks_(window_blocks) {}
 
+void ModelScorer::reserve(int64_t positions) {
+  if (positions <= capacity_) return;
+  capacity_ = (positions + 255) / 256 * 256;
+  empty_ = std::make_unique<KvCache>(model_.config(), capacity_);
+  base_ = std::make_unique<KvCache>(*empty_);
+  branch_ = std::make_unique<KvCache>(*empty_);
+}
+
+KvCache& ModelScorer::fresh_base(int64_t positions) {
+  reserve(positions);
+  *base_ = *empty_;
+  return *base_;
+}
+
+KvCache& ModelScorer::branch() {
+  *branch_ = *base_;
+  return *branch_;
+}
+
 std::vector<float> ModelScorer::row_logprobs(KvCache& cache, std::span<const int32_t> inputs,
                                              std::span<const int32_t> targets) {
   model_.forward_cached(inputs, window_blocks_, cache);
@@ -58,7 +77,7 @@ double ModelScorer::text_logprob(std::span<const uint32_t> tokens) {
     targets.push_back(static_cast<int32_t>(tokens[i]));
     if (i + 1 < tokens.size()) inputs.push_back(static_cast<int32_t>(tokens[i]));
   }
-  KvCache cache(c, static_cast<int64_t>(inputs.size()));
+  KvCache& cache = fresh_base(static_cast<int64_t>(inputs.size()));
   double sum = 0;
   for (float l : row_logprobs(cache, inputs, targets)) sum += l;
   return sum;
@@ -80,13 +99,13 @@ std::vector<double> ModelScorer::continuation_logprobs(
   prefix.push_back(static_cast<int32_t>(c.eot_id));
   for (size_t i = 0; i + 1 < context.size(); ++i)
     prefix.push_back(static_cast<int32_t>(context[i]));
-  KvCache shared(c, static_cast<int64_t>(prefix.size() + longest));
+  KvCache& shared = fresh_base(static_cast<int64_t>(prefix.size() + longest));
   model_.forward_cached(prefix, window_blocks_, shared);
   std::vector<double> out;
   out.reserve(continuations.size());
   std::vector<int32_t> inputs, targets;
   for (const auto& cont : continuations) {
-    KvCache cache = shared;
+    KvCache& cache = branch();  // the shared prefix's keys and values
     inputs.assign(1, static_cast<int32_t>(context.back()));
     targets.clear();
     for (size_t j = 0; j < cont.size(); ++j) {
