@@ -29,24 +29,22 @@ KvCache& ModelScorer::branch() {
   return *branch_;
 }
 
-std::vector<float> ModelScorer::row_logprobs(KvCache& cache, std::span<const int32_t> inputs,
-                                             std::span<const int32_t> targets) {
-  model_.forward_cached(inputs, window_blocks_, cache);
+std::vector<float> ModelScorer::head_logprobs(const float* rows, std::span<const int32_t> targets) {
   const Config& c = model_.config();
   // The head as forward_loss runs it (gpt.cpp's loss_params): the same fused kernel, so a
   // row's loss here is the loss a full forward gives that position.
   LossArgs<float> p;
   p.precision = model_.precision();
-  p.T = static_cast<int64_t>(inputs.size());
+  p.T = static_cast<int64_t>(targets.size());
   p.d = c.model_dim;
   p.V = c.vocab_padded();
-  p.x = model_.final_norm().data();
+  p.x = rows;
   p.W = model_.weights().lm_head;
   p.targets = targets.data();
   p.softcap = static_cast<float>(c.logit_softcap);
   p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(c.model_dim)));
   p.fp8 = c.fp8_head;
-  std::vector<float> loss(inputs.size());
+  std::vector<float> loss(targets.size());
   const Workspace::Use scratch(model_.workspace());
   model_loss_forward(p, loss.data());
   for (float& l : loss) l = -l;
@@ -78,8 +76,9 @@ double ModelScorer::text_logprob(std::span<const uint32_t> tokens) {
     if (i + 1 < tokens.size()) inputs.push_back(static_cast<int32_t>(tokens[i]));
   }
   KvCache& cache = fresh_base(static_cast<int64_t>(inputs.size()));
+  model_.forward_cached(inputs, window_blocks_, cache);
   double sum = 0;
-  for (float l : row_logprobs(cache, inputs, targets)) sum += l;
+  for (float l : head_logprobs(model_.final_norm().data(), targets)) sum += l;
   return sum;
 }
 
@@ -101,20 +100,34 @@ std::vector<double> ModelScorer::continuation_logprobs(
     prefix.push_back(static_cast<int32_t>(context[i]));
   KvCache& shared = fresh_base(static_cast<int64_t>(prefix.size() + longest));
   model_.forward_cached(prefix, window_blocks_, shared);
-  std::vector<double> out;
-  out.reserve(continuations.size());
+  // Each choice's final-norm rows are gathered and the head runs once over all of them: the
+  // head's product packs the whole vocabulary's weights per call, which at ~15 rows a choice
+  // cost more than the product itself.
+  const int64_t d = c.model_dim;
+  rows_.clear();
   std::vector<int32_t> inputs, targets;
+  std::vector<size_t> ends;
   for (const auto& cont : continuations) {
     KvCache& cache = branch();  // the shared prefix's keys and values
     inputs.assign(1, static_cast<int32_t>(context.back()));
-    targets.clear();
     for (size_t j = 0; j < cont.size(); ++j) {
       targets.push_back(static_cast<int32_t>(cont[j]));
       if (j + 1 < cont.size()) inputs.push_back(static_cast<int32_t>(cont[j]));
     }
+    model_.forward_cached(inputs, window_blocks_, cache);
+    const float* x = model_.final_norm().data();
+    rows_.insert(rows_.end(), x, x + static_cast<int64_t>(inputs.size()) * d);
+    ends.push_back(targets.size());
+  }
+  const std::vector<float> lp = head_logprobs(rows_.data(), targets);
+  std::vector<double> out;
+  out.reserve(continuations.size());
+  size_t begin = 0;
+  for (size_t end : ends) {
     double sum = 0;
-    for (float l : row_logprobs(cache, inputs, targets)) sum += l;
+    for (size_t j = begin; j < end; ++j) sum += lp[j];
     out.push_back(sum);
+    begin = end;
   }
   return out;
 }

@@ -7,10 +7,10 @@
 //
 // Choices: the context (EOT + context tokens but its last) runs once through the model into a
 // K/V cache; each continuation then runs from a copy of that cache, fed as [last context token,
-// continuation tokens but the last], and the head's per-row losses on those rows are the
-// continuation's token log-likelihoods. So the context costs one forward however many choices
-// it has, and each choice sees the context exactly as a full forward of context+choice would
-// (tested against forward_loss of the concatenation).
+// continuation tokens but the last]; the final-norm rows of all choices are gathered and the
+// head's per-row losses over them (one call) are the continuations' token log-likelihoods. So the
+// context costs one forward however many choices it has, and each choice sees the context exactly
+// as a full forward of context+choice would (tested against forward_loss of the concatenation).
 //
 // A scorer owns nothing but scratch: the model's activations are overwritten by every call, so
 // one scorer (and its model) serves one thread at a time.
@@ -69,9 +69,9 @@ class ModelScorer {
   std::unique_ptr<KvCache> empty_, base_, branch_;
   int64_t capacity_ = 0;
 
-  // Feeds tokens into the cache and returns the head's per-row log-likelihoods of `targets`.
-  std::vector<float> row_logprobs(KvCache& cache, std::span<const int32_t> inputs,
-                                  std::span<const int32_t> targets);
+  // The head's log-likelihoods of `targets`, one per final-norm row of `rows` ([T, d]).
+  std::vector<float> head_logprobs(const float* rows, std::span<const int32_t> targets);
+  AlignedVector<float> rows_;  // gathered final-norm rows of a case's choices
   // The logits of the last of the last forward's `rows` rows (valid until the next call).
   const std::vector<float>& last_logits(int64_t rows) {
     forward_row_logits(model_, rows - 1, logits_);
