@@ -1,15 +1,13 @@
 // `nanogpt sample`: stream text from a checkpoint with a key/value cache.
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <limits>
-#include <numeric>
 
 #include "cli/commands.hpp"
 #include "cli/number_range.hpp"
 #include "data/bpe_tokenizer.hpp"
 #include "model/decoder.hpp"
 #include "model/model_io.hpp"
+#include "model/sampling.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
@@ -100,32 +98,14 @@ void register_sample(CLI::App& app) {
     std::string text = a->prompt;
     std::fwrite(text.data(), 1, text.size(), stdout);
     size_t printed = text.size();
-    std::vector<int32_t> order(static_cast<size_t>(c.vocab_size));
-    std::vector<double> probs(static_cast<size_t>(c.vocab_size));
+    std::vector<int32_t> order;
+    std::vector<double> probs;
+    SamplingSettings settings;
+    settings.temperature = a->temperature;
+    settings.top_k = a->top_k;
     for (int64_t n = 0; n < a->max_tokens; ++n) {
-      const std::vector<float>& z = *logits;
       // Only real vocabulary entries are candidates; padding classes never are.
-      std::iota(order.begin(), order.end(), 0);
-      int64_t k = a->top_k > 0 ? std::min<int64_t>(a->top_k, c.vocab_size) : c.vocab_size;
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t x, int32_t y) {
-        return z[x] > z[y] || (z[x] == z[y] && x < y);
-      });
-      int32_t next = order[0];
-      if (a->temperature > 0) {
-        double mx = z[order[0]], sum = 0;
-        for (int64_t i = 0; i < k; ++i) {
-          probs[i] = std::exp((z[order[i]] - mx) / a->temperature);
-          sum += probs[i];
-        }
-        double u = rng.uniform() * sum;
-        for (int64_t i = 0; i < k; ++i) {
-          u -= probs[i];
-          if (u <= 0 || i == k - 1) {
-            next = order[i];
-            break;
-          }
-        }
-      }
+      const int32_t next = sample_token(*logits, c.vocab_size, settings, rng, order, probs);
       if (next == c.eot_id) break;  // the document ended
       generated.push_back(static_cast<uint32_t>(next));
       text = a->prompt + tok.decode(generated);

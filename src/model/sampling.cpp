@@ -1,0 +1,68 @@
+#include "model/sampling.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/fused_linear_cross_entropy.hpp"
+
+namespace nanogpt {
+
+int32_t sample_token(std::span<const float> logits, int64_t vocab_size,
+                     const SamplingSettings& settings, Rng& rng, std::vector<int32_t>& order,
+                     std::vector<double>& probs) {
+  const float* z = logits.data();
+  if (settings.temperature <= 0) {
+    // Greedy: the most likely token, the lowest id of equal ones — what the sort below puts
+    // first, found in one pass.
+    int32_t best = 0;
+    for (int32_t v = 1; v < static_cast<int32_t>(vocab_size); ++v) {
+      if (z[v] > z[best]) best = v;
+    }
+    return best;
+  }
+  order.resize(static_cast<size_t>(vocab_size));
+  probs.resize(static_cast<size_t>(vocab_size));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = settings.top_k > 0 ? std::min<int64_t>(settings.top_k, vocab_size) : vocab_size;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t x, int32_t y) { return z[x] > z[y] || (z[x] == z[y] && x < y); });
+  int32_t next = order[0];
+  if (settings.temperature > 0) {
+    const double mx = z[order[0]];
+    double sum = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      probs[static_cast<size_t>(i)] = std::exp((z[order[i]] - mx) / settings.temperature);
+      sum += probs[static_cast<size_t>(i)];
+    }
+    double u = rng.uniform() * sum;
+    for (int64_t i = 0; i < k; ++i) {
+      u -= probs[static_cast<size_t>(i)];
+      if (u <= 0 || i == k - 1) {
+        next = order[static_cast<size_t>(i)];
+        break;
+      }
+    }
+  }
+  return next;
+}
+
+void forward_row_logits(Gpt& model, int64_t row, std::vector<float>& out) {
+  const Config& c = model.config();
+  const int64_t d = c.model_dim;
+  out.resize(static_cast<size_t>(c.vocab_padded()));
+  FusedLossParams p;
+  p.T = 1;
+  p.d = d;
+  p.V = c.vocab_padded();
+  p.x = model.final_norm().data() + row * d;
+  p.W = model.weights().lm_head;
+  p.softcap = static_cast<float>(c.logit_softcap);
+  p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(d)));
+  p.fp8 = c.fp8_head;
+  p.precision = model.precision();
+  const Workspace::Use scratch(model.workspace());
+  capped_logits(p, out.data());
+}
+
+}  // namespace nanogpt
