@@ -79,13 +79,6 @@ void register_bench_encode(CLI::App& bench) {
   });
 }
 
-// The 1-minute load average: other work on the machine skews the timings, and this says how
-// much there was.
-double load_average() {
-  double load[1] = {-1};
-  return getloadavg(load, 1) == 1 ? load[0] : -1;
-}
-
 // The process's peak resident set so far, in bytes (Linux reports ru_maxrss in KiB): weights,
 // gradients, optimizer state, activations and every workspace, as the OS saw them.
 double peak_rss_bytes() {

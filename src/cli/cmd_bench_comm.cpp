@@ -45,11 +45,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double load_average() {
-  double load[1] = {-1};
-  return getloadavg(load, 1) == 1 ? load[0] : -1;
-}
-
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;

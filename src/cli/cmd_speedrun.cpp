@@ -16,6 +16,7 @@
 #include "runtime/comm.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
+#include "runtime/file_io.hpp"
 #include "runtime/thread_pool.hpp"
 #include "train/shard_meta.hpp"
 #include "train/trainer.hpp"
@@ -86,6 +87,7 @@ void register_speedrun(CLI::App& app) {
     o.command_line = "nanogpt speedrun --config " + a->config;
     for (const auto& s : a->sets) o.command_line += " --set " + s;
     o.command_line += " --target " + std::to_string(a->target) + " --out " + out;
+    const double load_before = load_average();
     const TrainResult r = train(o);
     if (!world.is_root()) return;
     nlohmann::ordered_json j;
@@ -105,7 +107,11 @@ void register_speedrun(CLI::App& app) {
     j["threads"] = ThreadPool::current().size();
     j["cpu"] = cpu_info().model_name;
     j["revision"] = build_revision();
+    j["loadavg_before"] = load_before;
+    j["loadavg_after"] = load_average();
     j["run_dir"] = out;
+    // The same line in the run directory, so the directory alone is a record (records/).
+    write_file_atomic(out + "/speedrun.json", j.dump() + "\n");
     std::printf("%s\n", j.dump().c_str());
     if (!r.reached_target && !r.interrupted) {
       std::fprintf(stderr,

@@ -2,6 +2,7 @@
 
 #include <cpuid.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -60,6 +61,15 @@ CpuInfo detect() {
 const CpuInfo& cpu_info() {
   static const CpuInfo info = detect();
   return info;
+}
+
+}  // namespace nanogpt
+
+namespace nanogpt {
+
+double load_average() {
+  double load[1] = {-1};
+  return getloadavg(load, 1) == 1 ? load[0] : -1;
 }
 
 }  // namespace nanogpt

@@ -16,4 +16,8 @@ struct CpuInfo {
 
 const CpuInfo& cpu_info();
 
+// The 1-minute load average (-1 if the OS does not say): other work on the machine skews
+// timings, and every timed result prints how much there was.
+double load_average();
+
 }  // namespace nanogpt
