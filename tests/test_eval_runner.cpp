@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <set>
 
 #include "data/bpe_tokenizer.hpp"
@@ -239,6 +240,57 @@ TEST(EvalSampling, GreedyIsTheFirstArgmaxAndDrawsFollowTheSoftmax) {
     const double sd = std::sqrt(n * q * (1 - q)) + 1e-9;
     EXPECT_NEAR(count[static_cast<size_t>(v)], n * q, 5 * sd + 0.5) << v;
   }
+}
+
+// The draw as it was written first (an indirect partial sort by logit, ties by id), kept as
+// the reference: sample_token sorts 64-bit keys instead and must draw the same token from the
+// same generator state, on logits with ties, -0 and +0, negative and positive values.
+int32_t reference_draw(const std::vector<float>& z, int64_t V, const SamplingSettings& s,
+                       Rng& rng) {
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = s.top_k > 0 ? std::min<int64_t>(s.top_k, V) : V;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t x, int32_t y) {
+    return z[static_cast<size_t>(x)] > z[static_cast<size_t>(y)] ||
+           (z[static_cast<size_t>(x)] == z[static_cast<size_t>(y)] && x < y);
+  });
+  std::vector<double> probs(static_cast<size_t>(k));
+  const double mx = z[static_cast<size_t>(order[0])];
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    sum += probs[static_cast<size_t>(i)] =
+        std::exp((z[static_cast<size_t>(order[static_cast<size_t>(i)])] - mx) / s.temperature);
+  }
+  double u = rng.uniform() * sum;
+  for (int64_t i = 0; i < k; ++i) {
+    u -= probs[static_cast<size_t>(i)];
+    if (u <= 0 || i == k - 1) return order[static_cast<size_t>(i)];
+  }
+  return order[0];
+}
+
+TEST(EvalSampling, DrawsEqualTheIndirectSortReference) {
+  Rng gen(5);
+  std::vector<int32_t> order;
+  std::vector<double> probs;
+  int distinct_from_argmax = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t V = 1 + static_cast<int64_t>(gen.next_u64() % 3000);
+    std::vector<float> z(static_cast<size_t>(V) + 7, 50.0f);  // padding: never a candidate
+    for (int64_t v = 0; v < V; ++v) {
+      // Coarse values (many ties), both zeros, both signs.
+      const int64_t q = static_cast<int64_t>(gen.next_u64() % 41) - 20;
+      z[static_cast<size_t>(v)] = q == 0 ? (gen.next_u64() % 2 ? -0.0f : 0.0f) : 0.25f * q;
+    }
+    SamplingSettings s;
+    s.temperature = 0.3 + 0.1 * (trial % 20);
+    s.top_k = trial % 3 == 0 ? 0 : 1 + trial % 50;
+    Rng a(1000 + static_cast<uint64_t>(trial)), b(1000 + static_cast<uint64_t>(trial));
+    const int32_t ours = sample_token(z, V, s, a, order, probs);
+    EXPECT_EQ(ours, reference_draw(z, V, s, b)) << "trial " << trial;
+    distinct_from_argmax += ours != std::max_element(z.begin(), z.begin() + V) - z.begin();
+  }
+  EXPECT_GT(distinct_from_argmax, 100);  // real draws, not the argmax every time
 }
 
 Suite mixed_suite(int64_t samples, double temperature) {

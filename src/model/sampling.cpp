@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <cstdint>
+#include <cstring>
 
 #include "kernels/fused_linear_cross_entropy.hpp"
 
@@ -23,10 +24,30 @@ int32_t sample_token(std::span<const float> logits, int64_t vocab_size,
   }
   order.resize(static_cast<size_t>(vocab_size));
   probs.resize(static_cast<size_t>(vocab_size));
-  std::iota(order.begin(), order.end(), 0);
   const int64_t k = settings.top_k > 0 ? std::min<int64_t>(settings.top_k, vocab_size) : vocab_size;
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [&](int32_t x, int32_t y) { return z[x] > z[y] || (z[x] == z[y] && x < y); });
+  // Tokens by decreasing logit, equal ones by increasing id: a total order, so the permutation
+  // is unique whatever sorts it. Sorted as 64-bit keys (the logit's bits made order-preserving
+  // and inverted, then the id), which is ~10x faster than an indirect comparison sort over the
+  // vocabulary and was half of sampled generation's time. -0 counts as +0, as == does.
+  thread_local std::vector<uint64_t> keys;
+  keys.resize(static_cast<size_t>(vocab_size));
+  for (int64_t v = 0; v < vocab_size; ++v) {
+    uint32_t bits;
+    const float f = z[v] + 0.0f;
+    std::memcpy(&bits, &f, sizeof bits);
+    const uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+    keys[static_cast<size_t>(v)] =
+        (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(v);
+  }
+  if (k == vocab_size) {
+    std::sort(keys.begin(), keys.end());
+  } else {
+    std::partial_sort(keys.begin(), keys.begin() + k, keys.end());
+  }
+  for (int64_t i = 0; i < k; ++i) {
+    order[static_cast<size_t>(i)] =
+        static_cast<int32_t>(keys[static_cast<size_t>(i)] & 0xffffffffu);
+  }
   int32_t next = order[0];
   if (settings.temperature > 0) {
     const double mx = z[order[0]];
