@@ -5,6 +5,7 @@
 #include "kernels/fused_linear_cross_entropy.hpp"
 #include "model/model_kernels.hpp"
 #include "runtime/error.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
@@ -218,17 +219,30 @@ std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
   // round), those that go on feed it together, and each gets its row's logits.
   const int64_t Vp = c.vocab_padded();
   bool first_round = true;
+  std::vector<int32_t> drawn;
   while (!running.empty()) {
-    std::vector<Running> next_round;
-    for (Running& u : running) {
+    // The draws run on the pool (a draw sorts the vocabulary; each sample has its own
+    // generator, so the order they run in changes nothing); the rest in order.
+    drawn.resize(running.size());
+    ThreadPool& pool = ThreadPool::current();
+    orders_.resize(static_cast<size_t>(pool.size()));
+    probs_.resize(static_cast<size_t>(pool.size()));
+    pool.parallel_for(running.size(), [&](size_t k, int worker) {
+      const Running& u = running[k];
       const GenerateRequest& r = requests[u.request];
-      const size_t k = static_cast<size_t>(&u - running.data());
-      std::span<const float> z =
+      const std::span<const float> z =
           first_round ? std::span<const float>(prompt_logits[u.request])
                       : std::span<const float>(logits_.data() + static_cast<int64_t>(k) * Vp,
                                                static_cast<size_t>(Vp));
-      const int32_t next =
-          sample_token(z, c.vocab_size, r.settings, (*r.rngs)[u.sample], order_, probs_);
+      drawn[k] =
+          sample_token(z, c.vocab_size, r.settings, (*r.rngs)[u.sample],
+                       orders_[static_cast<size_t>(worker)], probs_[static_cast<size_t>(worker)]);
+    });
+    std::vector<Running> next_round;
+    for (size_t k = 0; k < running.size(); ++k) {
+      Running& u = running[k];
+      const GenerateRequest& r = requests[u.request];
+      const int32_t next = drawn[k];
       GeneratedSample& g = out[u.request][u.sample];
       if (next == c.eot_id) {
         g.hit_eot = true;

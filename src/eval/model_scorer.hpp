@@ -103,8 +103,8 @@ class ModelScorer {
   // out ([rows, vocab_padded]).
   void row_logits(int64_t row0, int64_t rows, std::vector<float>& out);
   std::vector<float> logits_;
-  std::vector<int32_t> order_;
-  std::vector<double> probs_;
+  std::vector<std::vector<int32_t>> orders_;  // sampling scratch, per worker of the pool
+  std::vector<std::vector<double>> probs_;
 
   Gpt& model_;
   int64_t window_blocks_;
