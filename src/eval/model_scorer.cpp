@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "kernels/fused_linear_cross_entropy.hpp"
 #include "model/model_kernels.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
@@ -20,25 +19,6 @@ KvCache& ModelScorer::cache(size_t slot, int64_t positions) {
   }
   c->clear();
   return *c;
-}
-
-void ModelScorer::row_logits(int64_t row0, int64_t rows, std::vector<float>& out) {
-  // The head as GptDecoder and `nanogpt sample` run it (forward_row_logits), on all rows at once.
-  const Config& c = model_.config();
-  const int64_t d = c.model_dim;
-  out.resize(static_cast<size_t>(rows * c.vocab_padded()));
-  FusedLossParams p;
-  p.T = rows;
-  p.d = d;
-  p.V = c.vocab_padded();
-  p.x = model_.final_norm().data() + row0 * d;
-  p.W = model_.weights().lm_head;
-  p.softcap = static_cast<float>(c.logit_softcap);
-  p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(d)));
-  p.fp8 = c.fp8_head;
-  p.precision = model_.precision();
-  const Workspace::Use scratch(model_.workspace());
-  capped_logits(p, out.data());
 }
 
 std::vector<float> ModelScorer::head_logprobs(const float* rows, std::span<const int32_t> targets) {
@@ -206,7 +186,7 @@ std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
   int64_t row = 0;
   for (size_t i : prompted) {
     row += static_cast<int64_t>(prompts[i].size());
-    row_logits(row - 1, 1, prompt_logits[i]);
+    forward_row_logits(model_, row - 1, prompt_logits[i]);
   }
   std::vector<Running> running;
   for (size_t i : prompted) {
@@ -263,7 +243,7 @@ std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
     for (const Running& u : running)
       segments.push_back({std::span<const int32_t>(&u.next, 1), caches_[u.slot].get()});
     model_.forward_cached_batch(segments, window_blocks_);
-    row_logits(0, static_cast<int64_t>(running.size()), logits_);
+    forward_rows_logits(model_, 0, static_cast<int64_t>(running.size()), logits_);
   }
   return out;
 }

@@ -99,9 +99,6 @@ class ModelScorer {
 
   // The head's log-likelihoods of `targets`, one per final-norm row of `rows` ([T, d]).
   std::vector<float> head_logprobs(const float* rows, std::span<const int32_t> targets);
-  // The soft-capped logits of the last forward's final-norm rows [row0, row0 + rows) into
-  // out ([rows, vocab_padded]).
-  void row_logits(int64_t row0, int64_t rows, std::vector<float>& out);
   std::vector<float> logits_;
   std::vector<std::vector<int32_t>> orders_;  // sampling scratch, per worker of the pool
   std::vector<std::vector<double>> probs_;

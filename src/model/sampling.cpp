@@ -69,14 +69,18 @@ int32_t sample_token(std::span<const float> logits, int64_t vocab_size,
 }
 
 void forward_row_logits(Gpt& model, int64_t row, std::vector<float>& out) {
+  forward_rows_logits(model, row, 1, out);
+}
+
+void forward_rows_logits(Gpt& model, int64_t row0, int64_t rows, std::vector<float>& out) {
   const Config& c = model.config();
   const int64_t d = c.model_dim;
-  out.resize(static_cast<size_t>(c.vocab_padded()));
+  out.resize(static_cast<size_t>(rows * c.vocab_padded()));
   FusedLossParams p;
-  p.T = 1;
+  p.T = rows;
   p.d = d;
   p.V = c.vocab_padded();
-  p.x = model.final_norm().data() + row * d;
+  p.x = model.final_norm().data() + row0 * d;
   p.W = model.weights().lm_head;
   p.softcap = static_cast<float>(c.logit_softcap);
   p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(d)));
