@@ -9,6 +9,7 @@
 #include "model/model_kernels.hpp"
 #include "runtime/error.hpp"
 #include "runtime/random.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
@@ -339,6 +340,32 @@ void GptT<Real>::compute_positions(int64_t seq_len, bool cached) {
 }
 
 template <class Real>
+void GptT<Real>::cached_attention(int64_t layer, int64_t window_blocks) {
+  LayerActivations& A = layers_[static_cast<size_t>(layer)];
+  const QkvShape s = qkv_shape(config_);
+  auto attend = [&](const Segment& g) {
+    model_attention_forward(attention_args(layer, window_blocks, g.cache, g.row0, g.rows),
+                            A.attn_out.data() + g.row0 * s.q_width(), A.lse.data() + g.row0 * s.Hq);
+  };
+  ThreadPool& pool = ThreadPool::current();
+  if (segments_.size() == 1 || pool.size() == 1) {
+    for (const Segment& g : segments_) attend(g);
+    return;
+  }
+  // Many small segments (decoding: one query each): one segment per task, each attention on
+  // its worker alone — a call this small costs more in waking the pool than in arithmetic.
+  // The kernels' results do not depend on their thread count (attention.hpp), so neither do
+  // these. Workers get the model's workspace and a one-thread pool for the call.
+  while (single_pools_.size() < static_cast<size_t>(pool.size()))
+    single_pools_.push_back(std::make_unique<ThreadPool>(1));
+  pool.parallel_for(segments_.size(), [&](size_t k, int worker) {
+    const ThreadPool::Use one(*single_pools_[static_cast<size_t>(worker)]);
+    const Workspace::Use scratch(*workspace_);
+    attend(segments_[k]);
+  });
+}
+
+template <class Real>
 void GptT<Real>::forward_cached(std::span<const int32_t> tokens, int64_t window_blocks,
                                 KvCacheT<Real>& cache) {
   const CachedSegmentT<Real> one{tokens, &cache};
@@ -449,9 +476,8 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
           const Real* row = A.qkv.data() + g.row0 * qkv.row();
           g.cache->store(i, g.rows, row + qkv.q_width(), row + qkv.q_width() + qkv.kv_width(),
                          qkv.row());
-          model_attention_forward(attention_args(i, window_blocks, g.cache, g.row0, g.rows),
-                                  A.attn_out.data() + g.row0 * HD, A.lse.data() + g.row0 * qkv.Hq);
         }
+        cached_attention(i, window_blocks);
       } else {
         model_attention_forward(attention_args(i, window_blocks, nullptr, 0, T), A.attn_out.data(),
                                 A.lse.data());

@@ -40,6 +40,7 @@
 #include "model/moe_ops.hpp"
 #include "model/parameters.hpp"
 #include "runtime/aligned_memory.hpp"
+#include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
 
 namespace nanogpt {
@@ -180,6 +181,8 @@ class GptT {
   void compute_positions(int64_t seq_len, bool cached);
   // Attention over rows [row0, row0 + rows) of the last forward; with a cache, their keys and
   // values are the cache's rows, these rows' after the past's.
+  // A cached forward's attention in layer `layer`: each segment against its cache.
+  void cached_attention(int64_t layer, int64_t window_blocks);
   AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks,
                                      const KvCacheT<Real>* cache, int64_t row0, int64_t rows) const;
 
@@ -201,7 +204,9 @@ class GptT {
   };
   std::vector<Segment> segments_;
   std::vector<int32_t> segment_tokens_;  // their tokens, end to end
-  std::vector<int64_t> pos_;             // each token's position in its sequence (RoPE)
+  // One-thread pools, one per worker of the calling pool (cached_attention).
+  std::vector<std::unique_ptr<ThreadPool>> single_pools_;
+  std::vector<int64_t> pos_;  // each token's position in its sequence (RoPE)
   AlignedVector<Real> x0_, rstd0_;
   std::vector<LayerActivations> layers_;
   AlignedVector<Real> final_norm_, rstd_final_;
