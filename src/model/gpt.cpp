@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "model/block_ops.hpp"
 #include "model/model_kernels.hpp"
@@ -23,8 +24,14 @@ std::string value_embed_name(int k) {
   return "value_embeds." + std::to_string(k) + ".weight";
 }
 
+// Activations (floating point) only grow: a call with fewer rows than the last leaves the
+// rest in place, so alternating row counts (a cached forward of contexts, then of choices)
+// do not zero-fill megabytes per call. Token, position and routing arrays are sized exactly.
 template <class V>
 void resize(V& v, int64_t n) {
+  if constexpr (std::is_floating_point_v<typename V::value_type>) {
+    if (v.size() >= static_cast<size_t>(n)) return;
+  }
   v.resize(static_cast<size_t>(n));
 }
 
