@@ -8,6 +8,9 @@
 //   up to ~20 token losses, each within ~1e-6 of the other path's);
 // - generate: greedy completions equal an argmax loop over GptDecoder (the `nanogpt sample`
 //   path) token for token; sampled ones do not depend on the number of workers;
+// - batches: choice cases scored together equal each case alone (1e-6 relative; 0 on this
+//   machine, printed), sampled completions of several cases and samples decoded together equal,
+//   token for token, a loop over GptDecoder per sample with the same generator (today's path);
 // - pass@k over repeats against brute-force enumeration of k-subsets;
 // - reports: JSON read and written again is byte-identical; errors name the file and field.
 #include <gtest/gtest.h>
@@ -15,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <set>
 
 #include "data/bpe_tokenizer.hpp"
@@ -111,6 +115,95 @@ TEST(EvalScorer, ChoiceLogprobsEqualFullForwardsOfContextPlusChoice) {
   EXPECT_NE(ours[0], ours[1]);
 }
 
+TEST(EvalScorer, BatchedChoiceCasesEqualEachCaseAlone) {
+  const BpeTokenizer tok = micro_tokenizer();
+  auto model = micro_model();
+  ModelScorer scorer(*model, kWindow);
+  std::vector<std::vector<uint32_t>> contexts;
+  std::vector<std::vector<std::vector<uint32_t>>> conts;
+  for (int k = 0; k < 5; ++k) {
+    std::string context;
+    for (int i = 0; i < 3 + 9 * k; ++i) context += "case " + std::to_string(k * i) + " says ";
+    contexts.push_back(ids(tok, context));
+    conts.push_back({ids(tok, " yes"), ids(tok, " no way " + std::to_string(k))});
+    if (k % 2 == 0) conts.back().push_back(ids(tok, " perhaps, said the cat"));
+  }
+  ASSERT_GT(contexts.back().size(), 128u);  // the window mask matters
+  std::vector<ChoiceRequest> requests;
+  for (size_t k = 0; k < contexts.size(); ++k) requests.push_back({contexts[k], conts[k]});
+  const std::vector<std::vector<double>> together = scorer.continuation_logprobs(requests);
+  ASSERT_EQ(together.size(), contexts.size());
+  double worst = 0;
+  for (size_t k = 0; k < contexts.size(); ++k) {
+    const std::vector<double> alone = scorer.continuation_logprobs(contexts[k], conts[k]);
+    ASSERT_EQ(together[k].size(), alone.size());
+    for (size_t j = 0; j < alone.size(); ++j) {
+      worst = std::max(worst, std::abs(together[k][j] - alone[j]) / std::abs(alone[j]));
+      EXPECT_NEAR(together[k][j], alone[j], 1e-6 * std::abs(alone[j]));
+    }
+  }
+  std::printf("choice batch: worst relative difference from each case alone %.2e\n", worst);
+}
+
+TEST(EvalScorer, BatchedSamplesEqualTheDecoderLoopPerSample) {
+  const BpeTokenizer tok = micro_tokenizer();
+  auto model = micro_model();
+  ModelScorer scorer(*model, kWindow);
+  const std::vector<std::string> prompts = {"count: a b c", "the cat", "x"};
+  const std::vector<int64_t> samples = {3, 1, 4}, max_tokens = {12, 5, 40};
+  SamplingSettings settings;
+  settings.temperature = 1.3;
+  settings.top_k = 50;
+  std::vector<std::vector<uint32_t>> prompt_ids;
+  std::vector<std::vector<Rng>> rngs(prompts.size());
+  std::vector<GenerateRequest> requests(prompts.size());
+  // Request 2 stops after a token 101 (a stop string, as token ids).
+  auto stop = [](const std::vector<uint32_t>& t) { return t.back() == 101; };
+  for (size_t k = 0; k < prompts.size(); ++k) prompt_ids.push_back(ids(tok, prompts[k]));
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    for (int64_t s = 0; s < samples[k]; ++s) rngs[k].emplace_back(100 * k + s);
+    requests[k] = {prompt_ids[k], max_tokens[k], settings, &rngs[k], nullptr};
+  }
+  requests[2].stop_here = stop;
+  const auto together = scorer.generate(requests);
+  ASSERT_EQ(together.size(), prompts.size());
+  size_t lengths = 0;
+  std::set<size_t> distinct_lengths;
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    ASSERT_EQ(together[k].size(), static_cast<size_t>(samples[k]));
+    std::vector<int32_t> prompt = {299};
+    for (uint32_t t : prompt_ids[k]) prompt.push_back(static_cast<int32_t>(t));
+    for (int64_t s = 0; s < samples[k]; ++s) {
+      // Today's loop: the prompt into a decoder, then one token at a time.
+      Rng rng(100 * k + static_cast<uint64_t>(s));
+      GptDecoder dec(*model, static_cast<int64_t>(prompt.size()) + max_tokens[k], kWindow);
+      std::vector<float> z = dec.feed(prompt);
+      std::vector<uint32_t> out;
+      bool eot = false;
+      std::vector<int32_t> order;
+      std::vector<double> probs;
+      for (int64_t n = 0; n < max_tokens[k]; ++n) {
+        const int32_t next = sample_token(z, 300, settings, rng, order, probs);
+        if (next == 299) {
+          eot = true;
+          break;
+        }
+        out.push_back(static_cast<uint32_t>(next));
+        if ((k == 2 && stop(out)) || n + 1 == max_tokens[k]) break;
+        z = dec.step(next);
+      }
+      const GeneratedSample& g = together[k][static_cast<size_t>(s)];
+      EXPECT_EQ(g.tokens, out) << "request " << k << " sample " << s;
+      EXPECT_EQ(g.hit_eot, eot);
+      lengths += out.size();
+      distinct_lengths.insert(out.size());
+    }
+  }
+  // Samples ended at different steps, so rows left the batch along the way.
+  EXPECT_GT(distinct_lengths.size(), 2u);
+  EXPECT_GT(lengths, 20u);
+}
+
 TEST(EvalScorer, RefusesTokensOutsideTheVocabulary) {
   auto model = micro_model();
   ModelScorer scorer(*model, kWindow);
@@ -147,6 +240,57 @@ TEST(EvalSampling, GreedyIsTheFirstArgmaxAndDrawsFollowTheSoftmax) {
     const double sd = std::sqrt(n * q * (1 - q)) + 1e-9;
     EXPECT_NEAR(count[static_cast<size_t>(v)], n * q, 5 * sd + 0.5) << v;
   }
+}
+
+// The draw as it was written first (an indirect partial sort by logit, ties by id), kept as
+// the reference: sample_token sorts 64-bit keys instead and must draw the same token from the
+// same generator state, on logits with ties, -0 and +0, negative and positive values.
+int32_t reference_draw(const std::vector<float>& z, int64_t V, const SamplingSettings& s,
+                       Rng& rng) {
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = s.top_k > 0 ? std::min<int64_t>(s.top_k, V) : V;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t x, int32_t y) {
+    return z[static_cast<size_t>(x)] > z[static_cast<size_t>(y)] ||
+           (z[static_cast<size_t>(x)] == z[static_cast<size_t>(y)] && x < y);
+  });
+  std::vector<double> probs(static_cast<size_t>(k));
+  const double mx = z[static_cast<size_t>(order[0])];
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    sum += probs[static_cast<size_t>(i)] =
+        std::exp((z[static_cast<size_t>(order[static_cast<size_t>(i)])] - mx) / s.temperature);
+  }
+  double u = rng.uniform() * sum;
+  for (int64_t i = 0; i < k; ++i) {
+    u -= probs[static_cast<size_t>(i)];
+    if (u <= 0 || i == k - 1) return order[static_cast<size_t>(i)];
+  }
+  return order[0];
+}
+
+TEST(EvalSampling, DrawsEqualTheIndirectSortReference) {
+  Rng gen(5);
+  std::vector<int32_t> order;
+  std::vector<double> probs;
+  int distinct_from_argmax = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t V = 1 + static_cast<int64_t>(gen.next_u64() % 3000);
+    std::vector<float> z(static_cast<size_t>(V) + 7, 50.0f);  // padding: never a candidate
+    for (int64_t v = 0; v < V; ++v) {
+      // Coarse values (many ties), both zeros, both signs.
+      const int64_t q = static_cast<int64_t>(gen.next_u64() % 41) - 20;
+      z[static_cast<size_t>(v)] = q == 0 ? (gen.next_u64() % 2 ? -0.0f : 0.0f) : 0.25f * q;
+    }
+    SamplingSettings s;
+    s.temperature = 0.3 + 0.1 * (trial % 20);
+    s.top_k = trial % 3 == 0 ? 0 : 1 + trial % 50;
+    Rng a(1000 + static_cast<uint64_t>(trial)), b(1000 + static_cast<uint64_t>(trial));
+    const int32_t ours = sample_token(z, V, s, a, order, probs);
+    EXPECT_EQ(ours, reference_draw(z, V, s, b)) << "trial " << trial;
+    distinct_from_argmax += ours != std::max_element(z.begin(), z.begin() + V) - z.begin();
+  }
+  EXPECT_GT(distinct_from_argmax, 100);  // real draws, not the argmax every time
 }
 
 Suite mixed_suite(int64_t samples, double temperature) {

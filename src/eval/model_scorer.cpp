@@ -4,29 +4,21 @@
 
 #include "model/model_kernels.hpp"
 #include "runtime/error.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
 ModelScorer::ModelScorer(Gpt& model, int64_t window_blocks)
     : model_(model), window_blocks_(window_blocks) {}
 
-void ModelScorer::reserve(int64_t positions) {
-  if (positions <= capacity_) return;
-  capacity_ = (positions + 255) / 256 * 256;
-  empty_ = std::make_unique<KvCache>(model_.config(), capacity_);
-  base_ = std::make_unique<KvCache>(*empty_);
-  branch_ = std::make_unique<KvCache>(*empty_);
-}
-
-KvCache& ModelScorer::fresh_base(int64_t positions) {
-  reserve(positions);
-  *base_ = *empty_;
-  return *base_;
-}
-
-KvCache& ModelScorer::branch() {
-  *branch_ = *base_;
-  return *branch_;
+KvCache& ModelScorer::cache(size_t slot, int64_t positions) {
+  if (caches_.size() <= slot) caches_.resize(slot + 1);
+  std::unique_ptr<KvCache>& c = caches_[slot];
+  if (c == nullptr || c->capacity() < positions) {
+    c = std::make_unique<KvCache>(model_.config(), (positions + 63) / 64 * 64);
+  }
+  c->clear();
+  return *c;
 }
 
 std::vector<float> ModelScorer::head_logprobs(const float* rows, std::span<const int32_t> targets) {
@@ -75,8 +67,7 @@ double ModelScorer::text_logprob(std::span<const uint32_t> tokens) {
     targets.push_back(static_cast<int32_t>(tokens[i]));
     if (i + 1 < tokens.size()) inputs.push_back(static_cast<int32_t>(tokens[i]));
   }
-  KvCache& cache = fresh_base(static_cast<int64_t>(inputs.size()));
-  model_.forward_cached(inputs, window_blocks_, cache);
+  model_.forward_cached(inputs, window_blocks_, cache(0, static_cast<int64_t>(inputs.size())));
   double sum = 0;
   for (float l : head_logprobs(model_.final_norm().data(), targets)) sum += l;
   return sum;
@@ -84,50 +75,175 @@ double ModelScorer::text_logprob(std::span<const uint32_t> tokens) {
 
 std::vector<double> ModelScorer::continuation_logprobs(
     std::span<const uint32_t> context, const std::vector<std::vector<uint32_t>>& continuations) {
-  if (context.empty()) throw InputError("cannot score continuations of an empty context");
+  const ChoiceRequest r{context, continuations};
+  return std::move(continuation_logprobs(std::span<const ChoiceRequest>(&r, 1))[0]);
+}
+
+std::vector<std::vector<double>> ModelScorer::continuation_logprobs(
+    std::span<const ChoiceRequest> requests) {
   const Config& c = model_.config();
-  check_ids(context, c, "the context");
-  size_t longest = 0;
-  for (const auto& cont : continuations) {
-    if (cont.empty()) throw InputError("cannot score an empty continuation");
-    check_ids(cont, c, "a continuation");
-    longest = std::max(longest, cont.size());
-  }
-  // EOT and the context but its last token: the prefix every choice shares.
-  std::vector<int32_t> prefix;
-  prefix.push_back(static_cast<int32_t>(c.eot_id));
-  for (size_t i = 0; i + 1 < context.size(); ++i)
-    prefix.push_back(static_cast<int32_t>(context[i]));
-  KvCache& shared = fresh_base(static_cast<int64_t>(prefix.size() + longest));
-  model_.forward_cached(prefix, window_blocks_, shared);
-  // Each choice's final-norm rows are gathered and the head runs once over all of them: the
-  // head's product packs the whole vocabulary's weights per call, which at ~15 rows a choice
-  // cost more than the product itself.
-  const int64_t d = c.model_dim;
-  rows_.clear();
-  std::vector<int32_t> inputs, targets;
-  std::vector<size_t> ends;
-  for (const auto& cont : continuations) {
-    KvCache& cache = branch();  // the shared prefix's keys and values
-    inputs.assign(1, static_cast<int32_t>(context.back()));
-    for (size_t j = 0; j < cont.size(); ++j) {
-      targets.push_back(static_cast<int32_t>(cont[j]));
-      if (j + 1 < cont.size()) inputs.push_back(static_cast<int32_t>(cont[j]));
+  for (const ChoiceRequest& r : requests) {
+    if (r.context.empty()) throw InputError("cannot score continuations of an empty context");
+    check_ids(r.context, c, "the context");
+    for (const auto& cont : r.continuations) {
+      if (cont.empty()) throw InputError("cannot score an empty continuation");
+      check_ids(cont, c, "a continuation");
     }
-    model_.forward_cached(inputs, window_blocks_, cache);
-    const float* x = model_.final_norm().data();
-    rows_.insert(rows_.end(), x, x + static_cast<int64_t>(inputs.size()) * d);
-    ends.push_back(targets.size());
   }
-  const std::vector<float> lp = head_logprobs(rows_.data(), targets);
-  std::vector<double> out;
-  out.reserve(continuations.size());
-  size_t begin = 0;
-  for (size_t end : ends) {
-    double sum = 0;
-    for (size_t j = begin; j < end; ++j) sum += lp[j];
-    out.push_back(sum);
-    begin = end;
+  // Per request, EOT and the context but its last token: the prefix its choices share, run
+  // into the cache of its first choice (slots: the requests' choices in order).
+  std::vector<std::vector<int32_t>> prefixes(requests.size());
+  std::vector<size_t> first_slot(requests.size());
+  std::vector<CachedSegment> segments;
+  size_t slots = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ChoiceRequest& r = requests[i];
+    first_slot[i] = slots;
+    slots += r.continuations.size();
+    if (r.continuations.empty()) continue;
+    std::vector<int32_t>& prefix = prefixes[i];
+    prefix.push_back(static_cast<int32_t>(c.eot_id));
+    for (size_t j = 0; j + 1 < r.context.size(); ++j)
+      prefix.push_back(static_cast<int32_t>(r.context[j]));
+    size_t longest = 0;
+    for (const auto& cont : r.continuations) longest = std::max(longest, cont.size());
+    const int64_t positions = static_cast<int64_t>(prefix.size() + longest);
+    for (size_t j = 0; j < r.continuations.size(); ++j) cache(first_slot[i] + j, positions);
+    segments.push_back({prefix, caches_[first_slot[i]].get()});
+  }
+  std::vector<std::vector<double>> out(requests.size());
+  if (segments.empty()) return out;
+  model_.forward_cached_batch(segments, window_blocks_);
+  // Every choice from a copy of its prefix, all choices of all requests in one forward; their
+  // final-norm rows are the head's input in order, and the head runs once over all of them:
+  // its product packs the whole vocabulary's weights per call.
+  std::vector<std::vector<int32_t>> inputs(slots);
+  std::vector<int32_t> targets;
+  segments.clear();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ChoiceRequest& r = requests[i];
+    for (size_t j = 0; j < r.continuations.size(); ++j) {
+      const size_t slot = first_slot[i] + j;
+      if (j > 0) caches_[slot]->copy_from(*caches_[first_slot[i]]);
+      const std::vector<uint32_t>& cont = r.continuations[j];
+      inputs[slot].assign(1, static_cast<int32_t>(r.context.back()));
+      for (size_t k = 0; k < cont.size(); ++k) {
+        targets.push_back(static_cast<int32_t>(cont[k]));
+        if (k + 1 < cont.size()) inputs[slot].push_back(static_cast<int32_t>(cont[k]));
+      }
+      segments.push_back({inputs[slot], caches_[slot].get()});
+    }
+  }
+  model_.forward_cached_batch(segments, window_blocks_);
+  const std::vector<float> lp = head_logprobs(model_.final_norm().data(), targets);
+  size_t row = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (const auto& cont : requests[i].continuations) {
+      double sum = 0;
+      for (size_t k = 0; k < cont.size(); ++k) sum += lp[row++];
+      out[i].push_back(sum);
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
+    std::span<const GenerateRequest> requests) {
+  const Config& c = model_.config();
+  std::vector<std::vector<GeneratedSample>> out(requests.size());
+  // A sample being decoded: its request, index, cache slot and the token it feeds next.
+  struct Running {
+    size_t request, sample, slot;
+    int32_t next = 0;
+  };
+  std::vector<std::vector<int32_t>> prompts(requests.size());
+  std::vector<size_t> first_slot(requests.size());
+  std::vector<CachedSegment> segments;
+  std::vector<size_t> prompted;  // requests with samples to draw, in segment order
+  size_t slots = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerateRequest& r = requests[i];
+    if (r.rngs == nullptr) throw InputError("a generate request needs its samples' generators");
+    check_ids(r.prompt, c, "the prompt");
+    const size_t n = r.rngs->size();
+    out[i].resize(n);
+    first_slot[i] = slots;
+    if (n == 0 || r.max_tokens <= 0) continue;
+    slots += n;
+    std::vector<int32_t>& ids = prompts[i];
+    ids.push_back(static_cast<int32_t>(c.eot_id));
+    for (uint32_t t : r.prompt) ids.push_back(static_cast<int32_t>(t));
+    const int64_t positions = static_cast<int64_t>(ids.size()) + r.max_tokens;
+    for (size_t s = 0; s < n; ++s) cache(first_slot[i] + s, positions);
+    segments.push_back({ids, caches_[first_slot[i]].get()});
+    prompted.push_back(i);
+  }
+  if (segments.empty()) return out;
+  // All prompts in one forward, into the caches of their first samples; the logits of each
+  // prompt's last row start all of its samples.
+  model_.forward_cached_batch(segments, window_blocks_);
+  std::vector<std::vector<float>> prompt_logits(requests.size());
+  int64_t row = 0;
+  for (size_t i : prompted) {
+    row += static_cast<int64_t>(prompts[i].size());
+    forward_row_logits(model_, row - 1, prompt_logits[i]);
+  }
+  std::vector<Running> running;
+  for (size_t i : prompted) {
+    for (size_t s = 0; s < requests[i].rngs->size(); ++s) {
+      if (s > 0) caches_[first_slot[i] + s]->copy_from(*caches_[first_slot[i]]);
+      running.push_back({i, s, first_slot[i] + s});
+    }
+  }
+  // Each round: every running sample draws a token from its logits (the prompt's in the first
+  // round), those that go on feed it together, and each gets its row's logits.
+  const int64_t Vp = c.vocab_padded();
+  bool first_round = true;
+  std::vector<int32_t> drawn;
+  while (!running.empty()) {
+    // The draws run on the pool (a draw sorts the vocabulary; each sample has its own
+    // generator, so the order they run in changes nothing); the rest in order.
+    drawn.resize(running.size());
+    ThreadPool& pool = ThreadPool::current();
+    orders_.resize(static_cast<size_t>(pool.size()));
+    probs_.resize(static_cast<size_t>(pool.size()));
+    pool.parallel_for(running.size(), [&](size_t k, int worker) {
+      const Running& u = running[k];
+      const GenerateRequest& r = requests[u.request];
+      const std::span<const float> z =
+          first_round ? std::span<const float>(prompt_logits[u.request])
+                      : std::span<const float>(logits_.data() + static_cast<int64_t>(k) * Vp,
+                                               static_cast<size_t>(Vp));
+      drawn[k] =
+          sample_token(z, c.vocab_size, r.settings, (*r.rngs)[u.sample],
+                       orders_[static_cast<size_t>(worker)], probs_[static_cast<size_t>(worker)]);
+    });
+    std::vector<Running> next_round;
+    for (size_t k = 0; k < running.size(); ++k) {
+      Running& u = running[k];
+      const GenerateRequest& r = requests[u.request];
+      const int32_t next = drawn[k];
+      GeneratedSample& g = out[u.request][u.sample];
+      if (next == c.eot_id) {
+        g.hit_eot = true;
+        continue;
+      }
+      g.tokens.push_back(static_cast<uint32_t>(next));
+      if ((r.stop_here && r.stop_here(g.tokens)) ||
+          static_cast<int64_t>(g.tokens.size()) == r.max_tokens) {
+        continue;
+      }
+      u.next = next;
+      next_round.push_back(u);
+    }
+    running = std::move(next_round);
+    first_round = false;
+    if (running.empty()) break;
+    segments.clear();
+    for (const Running& u : running)
+      segments.push_back({std::span<const int32_t>(&u.next, 1), caches_[u.slot].get()});
+    model_.forward_cached_batch(segments, window_blocks_);
+    forward_rows_logits(model_, 0, static_cast<int64_t>(running.size()), logits_);
   }
   return out;
 }

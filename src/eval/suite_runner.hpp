@@ -1,14 +1,20 @@
 // Running a suite on a model (issue 17, item 5): each case tokenized, scored by ModelScorer
 // (model_scorer.hpp), judged by its evaluators, recorded in an EvalReport with summaries.
 //
-// Parallelism: cases are handed out over one worker per model given, each worker's kernels on
+// Batches: consecutive choice cases (up to 16) or generate cases (up to 64, 256 samples in all)
+// are scored by one scorer call, their sequences side by side in the model's batched cached
+// forward (model_scorer.hpp); a batch also stops at 256 MiB of K/V caches. The batches depend on
+// the suite alone, and a case's duration is its share of its batch's time.
+//
+// Parallelism: batches are handed out over one worker per model given, each worker's kernels on
 // a single-thread pool of its own, so cases run side by side and nothing is shared but the
-// (read-only) suite and tokenizer. With one model, cases run one after another with the
+// (read-only) suite and tokenizer. With one model, batches run one after another with the
 // model's products on the calling thread's pool. Which is faster depends on the model and the
 // cases; `nanogpt evals run --threads` measures it (docs/ARCHITECTURE.md, "Evaluations").
 //
 // Randomness: sample s of case i (over all repeats) draws from Rng(mix(seed, i, s)), so the
-// report's outputs do not depend on the number of workers or the order cases finish in.
+// report's outputs do not depend on the number of workers, the batches or the order cases
+// finish in.
 // Completions: decoded, cut at the first stop string (not kept), and made valid UTF-8 (bytes of
 // a character the token limit cut in two become U+FFFD), so a report is always valid JSON.
 // Repeats: a generate case sampled at a temperature above 0 gets samples × repeats completions

@@ -4,11 +4,13 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "model/block_ops.hpp"
 #include "model/model_kernels.hpp"
 #include "runtime/error.hpp"
 #include "runtime/random.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
@@ -22,8 +24,14 @@ std::string value_embed_name(int k) {
   return "value_embeds." + std::to_string(k) + ".weight";
 }
 
+// Activations (floating point) only grow: a call with fewer rows than the last leaves the
+// rest in place, so alternating row counts (a cached forward of contexts, then of choices)
+// do not zero-fill megabytes per call. Token, position and routing arrays are sized exactly.
 template <class V>
 void resize(V& v, int64_t n) {
+  if constexpr (std::is_floating_point_v<typename V::value_type>) {
+    if (v.size() >= static_cast<size_t>(n)) return;
+  }
   v.resize(static_cast<size_t>(n));
 }
 
@@ -277,30 +285,31 @@ size_t GptT<Real>::activation_bytes() const {
 
 template <class Real>
 AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blocks,
-                                               const KvCacheT<Real>* cache) const {
+                                               const KvCacheT<Real>* cache, int64_t row0,
+                                               int64_t rows) const {
   // q, k, v are the three parts of each token's row of the layer's qkv activation; with a
-  // cache, k and v are the cache's rows, this call's T after the past's.
+  // cache, k and v are the cache's rows, these rows' after the past's.
   const LayerActivations& A = layers_[static_cast<size_t>(layer)];
   const QkvShape s = qkv_shape(config_);
   AttentionArgs<Real> a;
-  a.T = T_;
+  a.T = rows;
   a.H = s.Hq;
   a.H_kv = s.Hkv;
   a.D = s.D;
-  a.q = A.qkv.data();
+  a.q = A.qkv.data() + row0 * s.row();
   a.ld_q = s.row();
   if (cache != nullptr) {
-    a.T_kv = cache->length() + T_;
+    a.T_kv = cache->length() + rows;
     a.k = cache->k(layer);
     a.v = cache->v(layer);
     a.ld_kv = cache->width();
     a.doc = cache->doc();
   } else {
-    a.T_kv = T_;
-    a.k = A.qkv.data() + s.q_width();
-    a.v = A.qkv.data() + s.q_width() + s.kv_width();
+    a.T_kv = rows;
+    a.k = A.qkv.data() + row0 * s.row() + s.q_width();
+    a.v = A.qkv.data() + row0 * s.row() + s.q_width() + s.kv_width();
     a.ld_kv = s.row();
-    a.doc = doc_.data();
+    a.doc = doc_.data() + row0;
   }
   a.window_blocks = layer_window(layer, window_blocks);
   a.block_size = config_.block_size;
@@ -310,60 +319,129 @@ AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blo
 }
 
 template <class Real>
-void GptT<Real>::compute_positions(int64_t seq_len, KvCacheT<Real>* cache) {
+void GptT<Real>::compute_positions(int64_t seq_len, bool cached) {
   // An EOT token belongs to the document it starts; so does a sequence's first token, which
   // keeps the sequences of a batch from seeing each other. After a cache, positions and
   // documents continue from its last.
-  const int64_t past = cache != nullptr ? cache->length() : 0;
-  int32_t* doc_of = cache != nullptr ? cache->doc() + past : doc_.data();
-  int32_t doc = past > 0 ? cache->doc()[past - 1] : 0;
-  for (int64_t t = 0; t < T_; ++t) {
-    const int64_t position = cache != nullptr ? past + t : t % seq_len;
-    if (tokens_[t] == config_.eot_id || position == 0) ++doc;
-    doc_of[t] = doc;
-    pos_[t] = position;
+  if (!cached) {
+    int32_t doc = 0;
+    for (int64_t t = 0; t < T_; ++t) {
+      const int64_t position = t % seq_len;
+      if (tokens_[t] == config_.eot_id || position == 0) ++doc;
+      doc_[t] = doc;
+      pos_[t] = position;
+    }
+    return;
   }
+  for (const Segment& g : segments_) {
+    const int64_t past = g.cache->length();
+    int32_t* doc_of = g.cache->doc() + past;
+    int32_t doc = past > 0 ? g.cache->doc()[past - 1] : 0;
+    for (int64_t t = 0; t < g.rows; ++t) {
+      const int64_t position = past + t;
+      if (tokens_[g.row0 + t] == config_.eot_id || position == 0) ++doc;
+      doc_of[t] = doc;
+      pos_[g.row0 + t] = position;
+    }
+  }
+}
+
+template <class Real>
+void GptT<Real>::cached_attention(int64_t layer, int64_t window_blocks) {
+  LayerActivations& A = layers_[static_cast<size_t>(layer)];
+  const QkvShape s = qkv_shape(config_);
+  auto attend = [&](const Segment& g) {
+    model_attention_forward(attention_args(layer, window_blocks, g.cache, g.row0, g.rows),
+                            A.attn_out.data() + g.row0 * s.q_width(), A.lse.data() + g.row0 * s.Hq);
+  };
+  ThreadPool& pool = ThreadPool::current();
+  if (segments_.size() == 1 || pool.size() == 1) {
+    for (const Segment& g : segments_) attend(g);
+    return;
+  }
+  // Many small segments (decoding: one query each): one segment per task, each attention on
+  // its worker alone — a call this small costs more in waking the pool than in arithmetic.
+  // The kernels' results do not depend on their thread count (attention.hpp), so neither do
+  // these. Workers get the model's workspace and a one-thread pool for the call.
+  while (single_pools_.size() < static_cast<size_t>(pool.size()))
+    single_pools_.push_back(std::make_unique<ThreadPool>(1));
+  pool.parallel_for(segments_.size(), [&](size_t k, int worker) {
+    const ThreadPool::Use one(*single_pools_[static_cast<size_t>(worker)]);
+    const Workspace::Use scratch(*workspace_);
+    attend(segments_[k]);
+  });
 }
 
 template <class Real>
 void GptT<Real>::forward_cached(std::span<const int32_t> tokens, int64_t window_blocks,
                                 KvCacheT<Real>& cache) {
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  if (cache.width() != qkv_shape(config_).kv_width()) {
-    throw Error("internal: a K/V cache of " + std::to_string(cache.width()) +
-                "-wide rows for a model whose keys are " +
-                std::to_string(qkv_shape(config_).kv_width()) + " wide (built for another model)");
-  }
-  if (cache.length() + T > cache.capacity()) {
-    throw InputError("the K/V cache is full: " + std::to_string(cache.length()) + " of " +
-                     std::to_string(cache.capacity()) + " positions used, " + std::to_string(T) +
-                     " more asked; ask for fewer tokens or a longer context");
+  const CachedSegmentT<Real> one{tokens, &cache};
+  forward_cached_batch(std::span<const CachedSegmentT<Real>>(&one, 1), window_blocks);
+}
+
+template <class Real>
+void GptT<Real>::forward_cached_batch(std::span<const CachedSegmentT<Real>> segments,
+                                      int64_t window_blocks) {
+  if (segments.empty()) throw InputError("a batched cached forward needs at least one segment");
+  const int64_t width = qkv_shape(config_).kv_width();
+  segments_.clear();
+  segment_tokens_.clear();
+  int64_t longest = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const CachedSegmentT<Real>& g = segments[i];
+    const int64_t T = static_cast<int64_t>(g.tokens.size());
+    const std::string which =
+        segments.size() == 1 ? std::string() : "segment " + std::to_string(i) + ": ";
+    if (g.cache == nullptr) throw InputError(which + "no K/V cache to continue");
+    KvCacheT<Real>& cache = *g.cache;
+    if (T == 0) throw InputError(which + "cannot run the model on an empty sequence");
+    if (cache.width() != width) {
+      throw InputError(which + "a K/V cache of " + std::to_string(cache.width()) +
+                       "-wide rows for a model whose keys are " + std::to_string(width) +
+                       " wide (built for another model)");
+    }
+    if (cache.length() + T > cache.capacity()) {
+      throw InputError(which + "the K/V cache is full: " + std::to_string(cache.length()) + " of " +
+                       std::to_string(cache.capacity()) + " positions used, " + std::to_string(T) +
+                       " more asked; ask for fewer tokens or a longer context");
+    }
+    for (const Segment& earlier : segments_) {
+      if (earlier.cache == g.cache) {
+        throw InputError(which +
+                         "its K/V cache is also another segment's; each segment "
+                         "continues a cache of its own");
+      }
+    }
+    segments_.push_back({static_cast<int64_t>(segment_tokens_.size()), T, g.cache});
+    segment_tokens_.insert(segment_tokens_.end(), g.tokens.begin(), g.tokens.end());
+    longest = std::max(longest, cache.capacity());
   }
   const Workspace::Use scratch(*workspace_);
-  forward(tokens, window_blocks, T, &cache);
-  cache.advance(T);
+  forward(segment_tokens_, window_blocks, longest, true);
+  for (const Segment& g : segments_) g.cache->advance(g.rows);
 }
 
 template <class Real>
 void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len,
-                         KvCacheT<Real>* cache) {
+                         bool cached) {
   const int64_t T = static_cast<int64_t>(inputs.size());
   const int64_t d = config_.model_dim, HD = config_.num_heads * config_.head_dim;
   const int64_t L = config_.num_layers, n = L / 2, V = config_.vocab_size;
   if (T == 0) throw InputError("cannot run the model on an empty sequence");
   if (seq_len == 0) seq_len = T;
-  if (seq_len < 0 || T % seq_len != 0) {
+  if (!cached && (seq_len < 0 || T % seq_len != 0)) {
     throw InputError("a batch of " + std::to_string(T) + " tokens is not a whole number of " +
                      std::to_string(seq_len) + "-token sequences");
   }
-  if (seq_len != T && seq_len % config_.block_size != 0) {
+  if (!cached && seq_len != T && seq_len % config_.block_size != 0) {
     throw InputError("batched sequences of " + std::to_string(seq_len) +
                      " tokens: the length must be a multiple of block_size (" +
                      std::to_string(config_.block_size) +
                      ") so the window mask restarts with "
                      "each sequence; run them one at a time instead");
   }
-  ensure_capacity(T, cache != nullptr ? cache->capacity() : seq_len);
+  // Cached: seq_len is the longest cache's capacity (the rotary table's reach).
+  ensure_capacity(T, seq_len);
   T_ = T;
   window_blocks_ = window_blocks;
   for (int64_t t = 0; t < T; ++t) {
@@ -374,7 +452,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
     }
     tokens_[t] = inputs[t];
   }
-  compute_positions(seq_len, cache);
+  compute_positions(seq_len, cached);
 
   const QkvShape qkv = qkv_shape(config_);
   embed_norm_forward(T, d, tokens_.data(), w_.embed, x0_.data(), rstd0_.data());
@@ -398,12 +476,19 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
       qk_norm_rotary_v_mix_forward(T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed,
                                    w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(),
                                    A.rstd_qk.data(), A.qkv.data());
-      if (cache != nullptr) {
-        cache->store(i, T, A.qkv.data() + qkv.q_width(),
-                     A.qkv.data() + qkv.q_width() + qkv.kv_width(), qkv.row());
+      if (cached) {
+        // Per segment: its keys and values join its cache, its queries read that cache. lse
+        // is [H, rows] per segment here (inference never reads it).
+        for (const Segment& g : segments_) {
+          const Real* row = A.qkv.data() + g.row0 * qkv.row();
+          g.cache->store(i, g.rows, row + qkv.q_width(), row + qkv.q_width() + qkv.kv_width(),
+                         qkv.row());
+        }
+        cached_attention(i, window_blocks);
+      } else {
+        model_attention_forward(attention_args(i, window_blocks, nullptr, 0, T), A.attn_out.data(),
+                                A.lse.data());
       }
-      model_attention_forward(attention_args(i, window_blocks, cache), A.attn_out.data(),
-                              A.lse.data());
       linear_forward(precision_, "attn.c_proj.fwd", T, HD, d, A.attn_out.data(), w.attn_proj,
                      Real(1), A.x_attn.data());
     }
@@ -567,7 +652,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                              g.attn_proj);
       linear_backward_input(precision_, "attn.c_proj.dX", T, HD, d, dx, w.attn_proj, dattn_.data());
       Real* dq = dqkv_.data();
-      model_attention_backward(attention_args(i, window_blocks_, nullptr), A.attn_out.data(),
+      model_attention_backward(attention_args(i, window_blocks_, nullptr, 0, T), A.attn_out.data(),
                                A.lse.data(), dattn_.data(), dq, dq + qkv.q_width(),
                                dq + qkv.q_width() + qkv.kv_width());
       const std::array<double, 2> dla = qk_norm_rotary_v_mix_backward(

@@ -40,9 +40,19 @@
 #include "model/moe_ops.hpp"
 #include "model/parameters.hpp"
 #include "runtime/aligned_memory.hpp"
+#include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
 
 namespace nanogpt {
+
+// One sequence of a batched cached forward (GptT::forward_cached_batch): new tokens that
+// continue the sequence whose keys and values `cache` holds.
+template <class Real>
+struct CachedSegmentT {
+  std::span<const int32_t> tokens;
+  KvCacheT<Real>* cache = nullptr;
+};
+using CachedSegment = CachedSegmentT<float>;
 
 // Real is float for training; double instantiates the same math with float64 reference
 // kernels for finite-difference checks.
@@ -100,8 +110,18 @@ class GptT {
   // it; RoPE at absolute positions) through the same blocks as training, stores their keys and
   // values in the cache, and leaves their final-norm rows in final_norm() (the head's input).
   // An InputError if the cache has no room for them.
+  // The one-segment case of forward_cached_batch.
   void forward_cached(std::span<const int32_t> tokens, int64_t window_blocks,
                       KvCacheT<Real>& cache);
+  // Decoding several independent sequences at once: each segment's tokens continue its own
+  // cache (positions, documents, the causal and window mask exactly as forward_cached), while
+  // every product (qkv, projections, MLP) runs once over the rows of all segments laid end to
+  // end; rotary positions and attention are per segment, against its cache. final_norm() holds
+  // the segments' rows in order. Each segment's rows equal forward_cached of that segment alone
+  // (the GEMM's rows do not depend on the rows beside them; tests/test_batched_forward.cpp).
+  // InputError for an empty segment, a missing, foreign, full or repeated cache; nothing is
+  // stored then.
+  void forward_cached_batch(std::span<const CachedSegmentT<Real>> segments, int64_t window_blocks);
 
   // Intermediate activations of the last forward, for tests against the reference.
   const AlignedVector<Real>& x0() const { return x0_; }
@@ -153,14 +173,18 @@ class GptT {
   };
 
   GptWeights<Real> bind(Real* base) const;
-  // With a cache: one sequence continuing the cached one (forward_cached).
+  // cached: the inputs are the segments_ of forward_cached_batch, each continuing its cache.
   void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len,
-               KvCacheT<Real>* cache = nullptr);
+               bool cached = false);
   void ensure_capacity(int64_t T, int64_t seq_len);
   // Each token's position (RoPE) and document (the mask), from tokens_.
-  void compute_positions(int64_t seq_len, KvCacheT<Real>* cache);
+  void compute_positions(int64_t seq_len, bool cached);
+  // Attention over rows [row0, row0 + rows) of the last forward; with a cache, their keys and
+  // values are the cache's rows, these rows' after the past's.
+  // A cached forward's attention in layer `layer`: each segment against its cache.
+  void cached_attention(int64_t layer, int64_t window_blocks);
   AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks,
-                                     const KvCacheT<Real>* cache) const;
+                                     const KvCacheT<Real>* cache, int64_t row0, int64_t rows) const;
 
   Config config_;
   Precision precision_;  // of the products; the float64 instantiation ignores it
@@ -173,7 +197,16 @@ class GptT {
   int64_t window_blocks_ = 1;  // its long-layer window
 
   std::vector<int32_t> tokens_, doc_;  // doc_: each token's document, when not cached
-  std::vector<int64_t> pos_;           // each token's position in its sequence (RoPE)
+  // The segments of a cached forward: rows [row0, row0 + rows) continue *cache.
+  struct Segment {
+    int64_t row0, rows;
+    KvCacheT<Real>* cache;
+  };
+  std::vector<Segment> segments_;
+  std::vector<int32_t> segment_tokens_;  // their tokens, end to end
+  // One-thread pools, one per worker of the calling pool (cached_attention).
+  std::vector<std::unique_ptr<ThreadPool>> single_pools_;
+  std::vector<int64_t> pos_;  // each token's position in its sequence (RoPE)
   AlignedVector<Real> x0_, rstd0_;
   std::vector<LayerActivations> layers_;
   AlignedVector<Real> final_norm_, rstd_final_;

@@ -63,6 +63,27 @@ class KvCacheT {
   }
   // The T positions stored by the last forward become part of the past.
   void advance(int64_t T) { length_ += T; }
+  // Empty again, keeping the storage (a forward overwrites every row and document it reads).
+  void clear() { length_ = 0; }
+  // This cache holds what `src` holds: its positions' keys, values and documents are copied
+  // (only those: a branch of a short prompt costs its length, not the capacity), into storage
+  // that must fit them and rows of the same width.
+  void copy_from(const KvCacheT& src) {
+    if (src.width_ != width_ || src.length_ > capacity_ || src.k_.size() != k_.size()) {
+      throw InputError("a K/V cache of " + std::to_string(src.length_) + " positions of width " +
+                       std::to_string(src.width_) + " does not fit one of " +
+                       std::to_string(capacity_) + " positions of width " + std::to_string(width_) +
+                       " (caches of another model, or too small)");
+    }
+    const size_t n = static_cast<size_t>(src.length_ * width_);
+    for (size_t i = 0; i < k_.size(); ++i) {
+      if (k_[i].empty()) continue;
+      std::memcpy(k_[i].data(), src.k_[i].data(), n * sizeof(Real));
+      std::memcpy(v_[i].data(), src.v_[i].data(), n * sizeof(Real));
+    }
+    std::memcpy(doc_.data(), src.doc_.data(), static_cast<size_t>(src.length_) * sizeof(int32_t));
+    length_ = src.length_;
+  }
 
  private:
   int64_t capacity_, width_;

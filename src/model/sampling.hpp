@@ -26,5 +26,7 @@ int32_t sample_token(std::span<const float> logits, int64_t vocab_size,
 // The soft-capped logits over the padded vocabulary of row `row` of the model's last forward
 // (its final_norm()), as GptDecoder computes them for its last token. `out` is resized.
 void forward_row_logits(Gpt& model, int64_t row, std::vector<float>& out);
+// The same for rows [row0, row0 + rows) in one call of the head: out is [rows, vocab_padded].
+void forward_rows_logits(Gpt& model, int64_t row0, int64_t rows, std::vector<float>& out);
 
 }  // namespace nanogpt
