@@ -179,10 +179,10 @@ class GptT {
   void ensure_capacity(int64_t T, int64_t seq_len);
   // Each token's position (RoPE) and document (the mask), from tokens_.
   void compute_positions(int64_t seq_len, bool cached);
-  // Attention over rows [row0, row0 + rows) of the last forward; with a cache, their keys and
-  // values are the cache's rows, these rows' after the past's.
   // A cached forward's attention in layer `layer`: each segment against its cache.
   void cached_attention(int64_t layer, int64_t window_blocks);
+  // The attention of rows [row0, row0 + rows) of the last forward; with a cache, their keys and
+  // values are the cache's rows, these rows' after the past's.
   AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks,
                                      const KvCacheT<Real>* cache, int64_t row0, int64_t rows) const;
 
