@@ -27,6 +27,19 @@ std::string prepared_corpus(const std::string& root) {
   return dir;
 }
 
+// The micro model for `iterations` steps as DIR/micro.json, without val_loss_every so that
+// --val-every decides (a file's or --set's value wins over it).
+std::string micro_config_file(const std::string& dir, int64_t iterations) {
+  Config c = micro_config();
+  c.num_iterations = iterations;
+  c.checkpoint_every = 0;
+  c.precision = PrecisionSetting::kFp32;
+  nlohmann::json file = config_to_json(c);
+  file.erase("val_loss_every");
+  write_file_atomic(dir + "/micro.json", file.dump());
+  return dir + "/micro.json";
+}
+
 std::vector<nlohmann::json> metrics_rows(const std::string& run_dir) {
   std::istringstream in(read_file(run_dir + "/metrics.jsonl"));
   std::vector<nlohmann::json> rows;
@@ -37,17 +50,12 @@ std::vector<nlohmann::json> metrics_rows(const std::string& run_dir) {
 TEST(SpeedrunCli, StopsAtTheTargetPrintsTheRecordAndRepeatsItsSteps) {
   TempDir dir;
   const std::string corpus = prepared_corpus(dir.path());
-  Config c = micro_config();
-  c.num_iterations = 60;
-  c.checkpoint_every = 0;
-  c.precision = PrecisionSetting::kFp32;
-  nlohmann::json file = config_to_json(c);
-  file.erase("val_loss_every");  // so --val-every decides (a file's or --set's value wins)
-  write_file_atomic(dir.path() + "/micro.json", file.dump());
+  const std::string config = micro_config_file(dir.path(), 60);
+  const int64_t tokens_per_step = micro_config().tokens_per_step;
   // ln(300) = 5.70 at the start; the bigram language is learnt well below 5.0 within 60 steps.
   const double target = 5.0;
   auto run = [&](const std::string& out) {
-    return run_nanogpt("speedrun --config " + dir.path() + "/micro.json --data " + corpus +
+    return run_nanogpt("speedrun --config " + config + " --data " + corpus +
                        " --target 5.0 --val-every 4 --out " + dir.path() + "/" + out);
   };
   const CommandResult first = run("a");
@@ -56,10 +64,10 @@ TEST(SpeedrunCli, StopsAtTheTargetPrintsTheRecordAndRepeatsItsSteps) {
   EXPECT_TRUE(record["reached"].get<bool>());
   const int64_t steps = record["steps"].get<int64_t>();
   EXPECT_GT(steps, 0);
-  EXPECT_LT(steps, c.num_iterations) << "it stops at the target, not at the step budget";
+  EXPECT_LT(steps, 60) << "it stops at the target, not at the step budget";
   EXPECT_EQ(steps % 4, 0) << "it can stop only where it validates";
   EXPECT_LE(record["val_loss"].get<double>(), target);
-  EXPECT_EQ(record["tokens"].get<int64_t>(), steps * c.tokens_per_step);
+  EXPECT_EQ(record["tokens"].get<int64_t>(), steps * tokens_per_step);
   EXPECT_GT(record["train_seconds"].get<double>(), 0);
   EXPECT_TRUE(record.contains("loadavg_before") && record.contains("loadavg_after"));
   EXPECT_EQ(read_file(dir.path() + "/a/speedrun.json"), first.out)
@@ -88,9 +96,8 @@ TEST(SpeedrunCli, StopsAtTheTargetPrintsTheRecordAndRepeatsItsSteps) {
   const CommandResult exists = run("a");
   EXPECT_EQ(exists.exit_code, 1);
   EXPECT_NE(exists.err.find("exists"), std::string::npos) << exists.err;
-  const CommandResult nan_target =
-      run_nanogpt("speedrun --config " + dir.path() + "/micro.json --data " + corpus +
-                  " --target nan --out " + dir.path() + "/c");
+  const CommandResult nan_target = run_nanogpt("speedrun --config " + config + " --data " + corpus +
+                                               " --target nan --out " + dir.path() + "/c");
   EXPECT_NE(nan_target.exit_code, 0);
   EXPECT_NE(nan_target.err.find("--target"), std::string::npos) << nan_target.err;
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/c"));
@@ -99,14 +106,9 @@ TEST(SpeedrunCli, StopsAtTheTargetPrintsTheRecordAndRepeatsItsSteps) {
 TEST(SpeedrunCli, ATargetNeverReachedRunsTheBudgetAndSaysSo) {
   TempDir dir;
   const std::string corpus = prepared_corpus(dir.path());
-  Config c = micro_config();
-  c.num_iterations = 4;
-  c.checkpoint_every = 0;
-  c.precision = PrecisionSetting::kFp32;
-  write_file_atomic(dir.path() + "/micro.json", config_to_json(c).dump());
-  const CommandResult r =
-      run_nanogpt("speedrun --config " + dir.path() + "/micro.json --data " + corpus +
-                  " --target 0.5 --val-every 2 --out " + dir.path() + "/run");
+  const std::string config = micro_config_file(dir.path(), 4);
+  const CommandResult r = run_nanogpt("speedrun --config " + config + " --data " + corpus +
+                                      " --target 0.5 --val-every 2 --out " + dir.path() + "/run");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto record = nlohmann::json::parse(r.out);
   EXPECT_FALSE(record["reached"].get<bool>());
