@@ -31,10 +31,7 @@ void register_eval(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--seq-len", a->seq_len, "Sequence length (default: the run's val_seq_len)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  cmd->add_option("--window", a->window,
-                  "Attention window of the long layers in blocks of block_size tokens (default: "
-                  "the window training ended with)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  add_checkpoint_window_option(cmd, a->window);
   cmd->add_option("--profile", a->profile,
                   "Write a Chrome trace of the evaluation to this file (open in ui.perfetto.dev) "
                   "and print where the time went to stderr");

@@ -259,10 +259,7 @@ void register_run(CLI::App& evals) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--tokenizer", a->tokenizer,
                   "Tokenizer (default: the one recorded with the checkpoint's training data)");
-  cmd->add_option("--window", a->window,
-                  "Attention window of the long layers in blocks (default: the one training "
-                  "ended with)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  add_checkpoint_window_option(cmd, a->window);
   cmd->add_option("--precision", a->precision,
                   "Products in fp32 or bf16 (default: what the checkpoint's configuration "
                   "resolves to on this CPU)")

@@ -73,10 +73,7 @@ void register_sample(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--tokenizer", a->tokenizer,
                   "Tokenizer (default: the one recorded with the training data)");
-  cmd->add_option("--window", a->window,
-                  "Attention window of the long layers in blocks of block_size tokens (default: "
-                  "the window training ended with)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  add_checkpoint_window_option(cmd, a->window);
   cmd->callback([a] {
     const std::string dir = require_checkpoint(a->checkpoint);
     auto model = load_model(dir);

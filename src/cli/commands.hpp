@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 
 namespace nanogpt::cli {
 
@@ -20,5 +21,14 @@ void register_prepare(CLI::App& app);
 void register_speedrun(CLI::App& app);
 void register_evals(CLI::App& app);  // cmd_evals.cpp
 void register_plot(CLI::App& app);
+
+// `--window N` of the commands that run a checkpoint (eval, sample, evals run): the long
+// layers' attention window in blocks; 0 (unset) means the window training ended with.
+inline void add_checkpoint_window_option(CLI::App* cmd, int64_t& window) {
+  cmd->add_option("--window", window,
+                  "Attention window of the long layers in blocks of block_size tokens (default: "
+                  "the window training ended with)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+}
 
 }  // namespace nanogpt::cli
