@@ -12,6 +12,7 @@
 
 #include "kernels/autotune.hpp"
 #include "kernels/gemm/pack_panels.hpp"
+#include "kernels/gemm/packed_b.hpp"
 #include "kernels/target.hpp"
 #include "runtime/error.hpp"
 #include "runtime/integer_math.hpp"
@@ -83,12 +84,21 @@ void check_dimensions(int64_t M, int64_t N, int64_t K) {
   }
 }
 
-}  // namespace
+void check_packed_b(const MicroKernel& kernel, const PackedB& b) {
+  if (b.kernel == nullptr || b.kernel->fn != kernel.fn || b.kernel->mr != kernel.mr ||
+      b.kernel->nr != kernel.nr) {
+    throw std::invalid_argument(std::string("gemm: B packed for the ") +
+                                (b.kernel != nullptr ? b.kernel->isa : "(no)") +
+                                " kernel was given to a product on the " + kernel.isa +
+                                " kernel; pack it for the kernel that runs the product");
+  }
+}
 
-void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSources sources,
-              Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-              const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
-              int64_t ldc, const GemmEpilogue* epilogue) {
+// The product, with op(B) either packed here (packed_b null) or given packed (B unused then).
+void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSources sources,
+                 Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const void* A, int64_t lda, const void* B, int64_t ldb, const PackedB* packed_b,
+                 float beta, float* C, int64_t ldc, const GemmEpilogue* epilogue) {
   check_dimensions(M, N, K);
   // Empty products as BLAS defines them: no C at all, or C = beta·C with nothing to add.
   if (M == 0 || N == 0 || (K == 0 && beta == 1.0f && epilogue == nullptr)) return;
@@ -111,10 +121,11 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
   const layout::Layout la = kernel.a_layout(mp, kp);
   if (!la.separable()) throw std::invalid_argument("gemm: packed layouts must be separable");
 
-  // Superblock width: all of N if its packed panels fit kPackedBBytes, else a multiple of nc.
+  // Superblock width: all of N if its packed panels fit kPackedBBytes (or B comes packed),
+  // else a multiple of nc.
   int64_t ns = std::max<int64_t>(kPackedBBytes / (kp * bytes) / blk.nc, 1) * blk.nc;
-  if (ns >= N) ns = N;
-  const int64_t ns_p = round_up(ns, nr);
+  if (ns >= N || packed_b != nullptr) ns = N;
+  const int64_t ns_p = packed_b != nullptr ? 0 : round_up(ns, nr);
 
   // Scratch from the caller's workspace (runtime/workspace.hpp): the packed operands and
   // their flags for the calling thread, and one task buffer per pool worker, passed in below.
@@ -123,7 +134,9 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
   char* pb = ws.get<char>("gemm.packed_b", static_cast<size_t>(ns_p * kp * bytes));
   std::atomic<uint8_t>* a_flags = empty_flags(ws.get("gemm.a_flags", static_cast<size_t>(m_panels)),
                                               static_cast<size_t>(m_panels));
-  std::byte* b_flag_memory = ws.get("gemm.b_flags", static_cast<size_t>(ceil_div(ns, nr)));
+  std::byte* b_flag_memory =
+      packed_b != nullptr ? nullptr
+                          : ws.get("gemm.b_flags", static_cast<size_t>(ceil_div(ns, nr)));
 
   // A task's buffer: the accumulator (two tiles taken in turn when K is a single block, each
   // finished while hot in L1, else the task's whole MC×NC block, carried from one K block to the
@@ -145,9 +158,14 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
   const int64_t m_blocks = ceil_div(M, blk.mc);
   for (int64_t s0 = 0; s0 < N; s0 += ns) {
     const int64_t s_cols = std::min(ns, N - s0);
-    const layout::Layout lb = kernel.b_layout(kp, round_up(s_cols, nr));
+    const layout::Layout lb =
+        packed_b != nullptr ? packed_b->layout : kernel.b_layout(kp, round_up(s_cols, nr));
+    const char* const b_panels =
+        packed_b != nullptr ? reinterpret_cast<const char*>(packed_b->data.data()) : pb;
     std::atomic<uint8_t>* b_flags =
-        empty_flags(b_flag_memory, static_cast<size_t>(ceil_div(s_cols, nr)));
+        packed_b != nullptr
+            ? nullptr
+            : empty_flags(b_flag_memory, static_cast<size_t>(ceil_div(s_cols, nr)));
     const int64_t n_blocks = ceil_div(s_cols, blk.nc);
     pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int worker) {
       const int64_t i0 = static_cast<int64_t>(task) / n_blocks * blk.mc;
@@ -163,15 +181,17 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
                               M, K, kp,
                               [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
           });
-      ensure_packed(
-          b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, [&](const int64_t* p, size_t n) {
-            // B's panels are counted from the superblock's first column.
-            pack::pack_panels(
-                pack_b,
-                static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
-                ldb, flip(trans_b), b_bytes, std::span<const int64_t>(p, n), nr, N - s0, K, kp,
-                [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
-          });
+      if (b_flags != nullptr) {
+        ensure_packed(
+            b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, [&](const int64_t* p, size_t n) {
+              // B's panels are counted from the superblock's first column.
+              pack::pack_panels(
+                  pack_b,
+                  static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
+                  ldb, flip(trans_b), b_bytes, std::span<const int64_t>(p, n), nr, N - s0, K, kp,
+                  [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
+            });
+      }
 
       // Micro-panel addresses from the layouts, whose offsets separate into a row part and a
       // column part: tabulated per task so the loops below only add.
@@ -203,7 +223,7 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
         const bool last = kb == n_kblocks - 1;
         const int64_t a_k = la.col_part(k0), b_k = lb.row_part(k0);
         for (int64_t jp = j0; jp < j0 + cols; jp += nr) {
-          const char* b = pb + (lb.col_part(jp) + b_k) * bytes;
+          const char* b = b_panels + (lb.col_part(jp) + b_k) * bytes;
           const int64_t tile_cols = std::min(nr, s_cols - jp);
           for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) {
             const char* a = pa + (a_rows[t] + a_k) * bytes;
@@ -228,10 +248,11 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
   }
 }
 
-GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSources sources, Trans trans_a,
-                             Trans trans_b, int64_t M, int64_t N, int64_t K, const void* A,
-                             int64_t lda, const void* B, int64_t ldb, float beta, const float* C,
-                             int64_t ldc) {
+// chosen_blocking(), timing the candidates with B given packed when packed_b is not null.
+GemmBlocking blocking_for(const MicroKernel& kernel, PackSources sources, Trans trans_a,
+                          Trans trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+                          int64_t lda, const void* B, int64_t ldb, const PackedB* packed_b,
+                          float beta, const float* C, int64_t ldc) {
   const int threads = ThreadPool::current().size();
   const GemmBlocking fallback = default_blocking(kernel, M, N, K, threads);
   // Below this many multiply-adds the call is over before timing could pay off (K = 0: none).
@@ -251,6 +272,7 @@ GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSources sources, Tra
   key.dtype = sources.a == sources.b
                   ? source_name(sources.a)
                   : std::string(source_name(sources.a)) + "," + source_name(sources.b);
+  if (packed_b != nullptr) key.dtype += ",packed_b";
   key.isa = kernel.isa;
   const size_t chosen = autotune(key, names, 0, [&](size_t i) {
     // Candidates write a scratch C (holding the caller's values when beta reads them), so
@@ -261,11 +283,38 @@ GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSources sources, Tra
         std::copy(C + r * ldc, C + r * ldc + N, scratch.data() + r * N);
     }
     return time_best_of([&] {
-      gemm_run(kernel, candidates[i], sources, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb,
-               beta, scratch.data(), N, nullptr);
+      run_product(kernel, candidates[i], sources, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb,
+                  packed_b, beta, scratch.data(), N, nullptr);
     });
   });
   return chosen < candidates.size() ? candidates[chosen] : fallback;
+}
+
+}  // namespace
+
+void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSources sources,
+              Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
+              int64_t ldc, const GemmEpilogue* epilogue) {
+  run_product(kernel, blocking, sources, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, nullptr,
+              beta, C, ldc, epilogue);
+}
+
+void gemm_run_packed_b(const MicroKernel& kernel, const GemmBlocking& blocking,
+                       PackSource a_source, Trans trans_a, int64_t M, float alpha, const void* A,
+                       int64_t lda, const PackedB& B, float beta, float* C, int64_t ldc,
+                       const GemmEpilogue* epilogue) {
+  check_packed_b(kernel, B);
+  run_product(kernel, blocking, {a_source, B.source}, trans_a, Trans::kNo, M, B.N, B.K, alpha, A,
+              lda, nullptr, 0, &B, beta, C, ldc, epilogue);
+}
+
+GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSources sources, Trans trans_a,
+                             Trans trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+                             int64_t lda, const void* B, int64_t ldb, float beta, const float* C,
+                             int64_t ldc) {
+  return blocking_for(kernel, sources, trans_a, trans_b, M, N, K, A, lda, B, ldb, nullptr, beta, C,
+                      ldc);
 }
 
 void gemm_dispatch(const MicroKernel& kernel, PackSources sources, Trans trans_a, Trans trans_b,
@@ -277,6 +326,58 @@ void gemm_dispatch(const MicroKernel& kernel, PackSources sources, Trans trans_a
       chosen_blocking(kernel, sources, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
   gemm_run(kernel, blocking, sources, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
            ldc, epilogue);
+}
+
+}  // namespace nanogpt
+
+namespace nanogpt {
+
+void gemm_dispatch_packed_b(PackSource a_source, Trans trans_a, int64_t M, float alpha,
+                            const void* A, int64_t lda, const PackedB& B, float beta, float* C,
+                            int64_t ldc, const GemmEpilogue* epilogue) {
+  if (B.kernel == nullptr) {
+    throw std::invalid_argument("gemm: a product was given a packed B that holds nothing");
+  }
+  check_dimensions(M, B.N, B.K);
+  const MicroKernel& kernel = *B.kernel;
+  const GemmBlocking blocking = blocking_for(kernel, {a_source, B.source}, trans_a, Trans::kNo, M,
+                                             B.N, B.K, A, lda, nullptr, 0, &B, beta, C, ldc);
+  gemm_run_packed_b(kernel, blocking, a_source, trans_a, M, alpha, A, lda, B, beta, C, ldc,
+                    epilogue);
+}
+
+void pack_b_operand(const MicroKernel& kernel, PackSource source, Trans trans_b, int64_t K,
+                    int64_t N, const void* B, int64_t ldb, PackedB& out) {
+  check_dimensions(0, N, K);
+  const PanelPackFn pack = kernel.pack_b[static_cast<int>(source)];
+  if (pack == nullptr) {
+    throw std::invalid_argument(std::string("gemm: the ") + kernel.isa +
+                                " kernel cannot read this operand type");
+  }
+  const int64_t nr = kernel.nr, bytes = kernel.packed_bytes;
+  const int64_t kp = round_up(std::max<int64_t>(K, 1), kernel.k_step);
+  const int64_t panels = ceil_div(N, nr);
+  out.kernel = &kernel;
+  out.source = source;
+  out.K = K;
+  out.N = N;
+  out.kp = kp;
+  out.layout = kernel.b_layout(kp, panels * nr);
+  out.data.resize(static_cast<size_t>(panels * nr * kp * bytes));
+  if (panels == 0) return;
+  const int64_t b_bytes = source == PackSource::kBf16 ? 2 : 4;
+  char* const packed = reinterpret_cast<char*>(out.data.data());
+  const layout::Layout& lb = out.layout;
+  // A task packs a few panels (about 64 KiB of them): each panel is packed by one thread, the
+  // same bytes whatever the thread count.
+  const int64_t per_task = std::max<int64_t>(1, (int64_t{64} << 10) / (nr * kp * bytes));
+  ThreadPool::current().parallel_for(
+      static_cast<size_t>(ceil_div(panels, per_task)), [&](size_t task, int) {
+        const int64_t first = static_cast<int64_t>(task) * per_task;
+        const pack::PanelRange range{first, std::min(panels, first + per_task)};
+        pack::pack_panels(pack, B, ldb, flip(trans_b), b_bytes, range, nr, N, K, kp,
+                          [&](int64_t q, int64_t k) { return packed + lb(k, q * nr) * bytes; });
+      });
 }
 
 }  // namespace nanogpt

@@ -14,6 +14,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/gemm/blocking.hpp"
 #include "kernels/gemm/microkernel.hpp"
+#include "kernels/gemm/packed_b.hpp"
 
 namespace nanogpt {
 
@@ -24,6 +25,14 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
               Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
               int64_t ldc, const GemmEpilogue* epilogue);
+
+// The same with op(B) given packed (gemm/packed_b.hpp) for this kernel (std::invalid_argument
+// if it was packed for another); A is read as `a_source` says. Gives the bits of gemm_run on
+// the unpacked B.
+void gemm_run_packed_b(const MicroKernel& kernel, const GemmBlocking& blocking,
+                       PackSource a_source, Trans trans_a, int64_t M, float alpha, const void* A,
+                       int64_t lda, const PackedB& B, float beta, float* C, int64_t ldc,
+                       const GemmEpilogue* epilogue);
 
 // The blocking gemm()/gemm_bf16() use: default_blocking() for small problems, else the
 // autotuner's choice among blocking_candidates() for this op, shape, dtype, kernel and thread
@@ -39,5 +48,11 @@ void gemm_dispatch(const MicroKernel& kernel, PackSources sources, Trans trans_a
                    int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
                    const void* B, int64_t ldb, float beta, float* C, int64_t ldc,
                    const GemmEpilogue* epilogue);
+
+// gemm_run_packed_b on B's own kernel with chosen_blocking() (the autotuner keys products with
+// a packed B apart from the others, and times them so).
+void gemm_dispatch_packed_b(PackSource a_source, Trans trans_a, int64_t M, float alpha,
+                            const void* A, int64_t lda, const PackedB& B, float beta, float* C,
+                            int64_t ldc, const GemmEpilogue* epilogue);
 
 }  // namespace nanogpt
