@@ -172,7 +172,7 @@ def main() -> None:
         for v in variants:
             for s in seeds:
                 r = result(args, v, s)
-                f.write(json.dumps(dict(variant=v, sets=sets_of(v), **r)) + "\n")
+                f.write(json.dumps({**r, "variant": v, "sets": sets_of(v)}) + "\n")
                 rows.append((v, r))
     os.replace(results + ".tmp", results)
 
