@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/fused_linear_cross_entropy.hpp"
 #include "model/decoder.hpp"
@@ -191,6 +192,43 @@ TEST(GptDecoder, Float64ChunksOverTheCacheEqualFullForward) {
   std::printf("float64 chunks: worst difference %.2e\n", worst);
   EXPECT_LT(worst, 1e-12);
   EXPECT_EQ(cache.length(), kTokens);
+}
+
+// Decoding keeps the weights packed between calls (model/packed_weights.hpp); after the
+// parameters change (any non-const access: an optimizer step, a load) the next call must
+// decode with the new weights, bit for bit as a model built with them, for the blocks' products
+// and the head alike, in both precisions.
+TEST(GptDecoder, PackedWeightsFollowChangedParameters) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    Config c = micro_config();
+    set_config_value(c, std::string("precision=") + precision);
+    set_config_value(c, "fp8_head=false");
+    const std::vector<int32_t> prompt = {5, 17, 3, 99, 42, 7};
+    Gpt model(c);
+    perturb(model);
+    std::vector<float> before;
+    {
+      GptDecoder decoder(model, 16, kWindow);
+      before = decoder.feed(prompt);
+    }
+    const size_t packed_bytes = model.packed_weight_bytes();
+    EXPECT_GT(packed_bytes, 0u) << precision;
+    // Change every weight through the parameters (as the optimizer does), then decode again.
+    Rng rng(8);
+    for (float& p : model.params().values()) p += static_cast<float>(0.05 * rng.normal());
+    GptDecoder again(model, 16, kWindow);
+    const std::vector<float> after = again.feed(prompt);
+
+    Gpt fresh(c);
+    fresh.params().values() = model.params().values();
+    GptDecoder reference(fresh, 16, kWindow);
+    const std::vector<float> expected = reference.feed(prompt);
+    EXPECT_NE(before, after) << precision;
+    EXPECT_EQ(0, std::memcmp(after.data(), expected.data(), after.size() * sizeof(float)))
+        << precision << ": decoding after a change used stale packed weights";
+    // Packed again in place: the same memory as before the change, not a second copy.
+    EXPECT_EQ(model.packed_weight_bytes(), packed_bytes) << precision;
+  }
 }
 
 TEST(GptDecoder, BadTokensAndAFullCacheAreInputErrors) {

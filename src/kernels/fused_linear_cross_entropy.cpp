@@ -87,6 +87,14 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
   }
   if (!std::isfinite(p.loss_scale)) throw Error(where + "loss_scale must be finite");
   if (p.row_block < 0) throw Error(where + "row_block must be >= 0 (0 = default)");
+  if (p.W_packed != nullptr &&
+      (p.W_packed->K != p.d || p.W_packed->N != p.V ||
+       (p.W_packed->source == PackSource::kF32) != (p.precision == Precision::kFp32))) {
+    throw Error(where + "W_packed holds a " + std::to_string(p.W_packed->K) + "×" +
+                std::to_string(p.W_packed->N) + " operand packed for " +
+                (p.W_packed->source == PackSource::kF32 ? "fp32" : "bf16") +
+                " products; pack W (d × V, as Wᵀ) for this precision");
+  }
   if (need_targets) {
     for (int64_t t = 0; t < p.T; ++t) {
       if (p.targets[t] < 0 || p.targets[t] >= p.V) {
@@ -116,6 +124,11 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
   c.grad_scale = p.grad_scale;
   c.loss_scale = p.loss_scale;
   return c;
+}
+
+// The packed W the logits use: the caller's, unless W is rounded to fp8 first.
+const PackedB* packed_weights(const FusedLossParams& p, const Config& c) {
+  return c.fp8 ? nullptr : p.W_packed;
 }
 
 // ---- elementwise math -------------------------------------------------------------------------
@@ -359,6 +372,7 @@ class FusedHead {
       : c_(c),
         p_(p),
         weights_(p.W),
+        packed_(packed_weights(p, c)),
         // Uninitialized: the logits GEMM writes every element before anything reads it.
         logits_(logits_workspace(c.rows * c.ld)),
         grad16_(p.precision == Precision::kBf16 ? gradient_workspace(c.rows * c.ld) : nullptr),
@@ -382,8 +396,12 @@ class FusedHead {
     for (int64_t r0 = 0; r0 < c_.T; r0 += c_.rows) {
       const int64_t rows = std::min(c_.rows, c_.T - r0);
       const float* xb = block_inputs(r0, rows);
-      matmul(p_.precision, Trans::kNo, Trans::kYes, rows, c_.V, c_.d, 1.0f, xb, c_.d, weights_,
-             c_.d, 0.0f, z, c_.ld);
+      if (packed_ != nullptr) {
+        matmul(Trans::kNo, rows, 1.0f, xb, c_.d, *packed_, 0.0f, z, c_.ld);
+      } else {
+        matmul(p_.precision, Trans::kNo, Trans::kYes, rows, c_.V, c_.d, 1.0f, xb, c_.d, weights_,
+               c_.d, 0.0f, z, c_.ld);
+      }
       parallel_rows(rows, [&](int64_t i) {
         float* row = z + i * c_.ld;
         const int64_t target = p_.targets[r0 + i];
@@ -436,6 +454,7 @@ class FusedHead {
   const Config& c_;
   const FusedLossParams& p_;
   const float* weights_;
+  const PackedB* packed_;  // W packed for the logits, or null
   float* logits_;
   bf16* grad16_;              // bf16 products: the block's gradients, rounded once here
   std::vector<double> loss_;  // [rows]
@@ -516,7 +535,13 @@ void capped_logits(const FusedLossParams& p, float* out) {
   const Fp8Operands ops(p, c);
   const float* x = ops.x;
   const float* W = ops.W;
-  matmul(p.precision, Trans::kNo, Trans::kYes, c.T, c.V, c.d, 1.0f, x, c.d, W, c.d, 0.0f, out, c.V);
+  const PackedB* packed = packed_weights(p, c);
+  if (packed != nullptr) {
+    matmul(Trans::kNo, c.T, 1.0f, x, c.d, *packed, 0.0f, out, c.V);
+  } else {
+    matmul(p.precision, Trans::kNo, Trans::kYes, c.T, c.V, c.d, 1.0f, x, c.d, W, c.d, 0.0f, out,
+           c.V);
+  }
   if (!c.capped) return;
   parallel_rows(c.T, [&](int64_t t) {
     float* row = out + t * c.V;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/dot.hpp"
@@ -54,7 +55,13 @@ std::array<double, k> sum_blocks(const std::vector<std::array<double, k>>& parti
 template <class Real>
 void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
                     const Real* x, const Real* W, Real beta, Real* y,
-                    const ReluSquaredEpilogue<Real>& epilogue) {
+                    const ReluSquaredEpilogue<Real>& epilogue, const PackedB* packed) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (packed != nullptr) {
+      model_gemm_packed(name, T, x, *packed, beta, y, epilogue);
+      return;
+    }
+  }
   if (epilogue.relu_squared) {
     model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, Real(1), x, n_in, W, n_in,
                beta, y, n_out, epilogue);
@@ -240,7 +247,7 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s
 #define NANOGPT_INSTANTIATE_BLOCK_OPS(Real)                                                        \
   template void linear_forward<Real>(Precision, const char*, int64_t, int64_t, int64_t,            \
                                      const Real*, const Real*, Real, Real*,                        \
-                                     const ReluSquaredEpilogue<Real>&);                            \
+                                     const ReluSquaredEpilogue<Real>&, const PackedB*);            \
   template void linear_backward_weight<Real>(Precision, const char*, int64_t, int64_t, int64_t,    \
                                              const Real*, const Real*, Real*);                     \
   template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \

@@ -18,11 +18,13 @@ namespace nanogpt {
 // --- Linear layers: y = x·Wᵀ for T rows, W [n_out, n_in] (PyTorch's nn.Linear layout). -------
 
 // y = x·Wᵀ + beta·y (beta 1: the product lands on a residual stream), with an optional relu²
-// epilogue (ReluSquaredEpilogue::relu_squared: y = relu²(x·Wᵀ), the MLP's c_fc).
+// epilogue (ReluSquaredEpilogue::relu_squared: y = relu²(x·Wᵀ), the MLP's c_fc). `packed`:
+// W already packed for the product (model/packed_weights.hpp; float only), or null.
 template <class Real>
 void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
                     const Real* x, const Real* W, Real beta, Real* y,
-                    const ReluSquaredEpilogue<Real>& epilogue = {});
+                    const ReluSquaredEpilogue<Real>& epilogue = {},
+                    const PackedB* packed = nullptr);
 // dW += dyᵀ·x.
 template <class Real>
 void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,

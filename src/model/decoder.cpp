@@ -23,6 +23,7 @@ const std::vector<float>& GptDecoder::feed(std::span<const int32_t> tokens) {
   p.V = c.vocab_padded();
   p.x = model_.final_norm().data() + (static_cast<int64_t>(tokens.size()) - 1) * d;
   p.W = model_.weights().lm_head;
+  p.W_packed = model_.packed_head();
   p.softcap = static_cast<float>(c.logit_softcap);
   p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(d)));
   p.fp8 = c.fp8_head;

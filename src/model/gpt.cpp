@@ -422,6 +422,25 @@ void GptT<Real>::forward_cached_batch(std::span<const CachedSegmentT<Real>> segm
 }
 
 template <class Real>
+const PackedB* GptT<Real>::packed_for(bool cached, const Real* W, int64_t n_out, int64_t n_in) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (cached) return &packed_.forward(W, n_out, n_in, precision_, params_.version());
+  }
+  return nullptr;
+}
+
+template <class Real>
+const PackedB* GptT<Real>::packed_head() {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (!config_.fp8_head) {
+      return &packed_.forward(w_.lm_head, config_.vocab_padded(), config_.model_dim, precision_,
+                              params_.version());
+    }
+  }
+  return nullptr;
+}
+
+template <class Real>
 void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len,
                          bool cached) {
   const int64_t T = static_cast<int64_t>(inputs.size());
@@ -472,7 +491,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                          A.rstd1.data());
     if (attention) {
       linear_forward(precision_, "attn.qkv.fwd", T, d, qkv.row(), A.norm1.data(), w.qkv_w, Real(0),
-                     A.qkv_raw.data());
+                     A.qkv_raw.data(), {}, packed_for(cached, w.qkv_w, qkv.row(), d));
       qk_norm_rotary_v_mix_forward(T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed,
                                    w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(),
                                    A.rstd_qk.data(), A.qkv.data());
@@ -490,7 +509,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                                 A.lse.data());
       }
       linear_forward(precision_, "attn.c_proj.fwd", T, HD, d, A.attn_out.data(), w.attn_proj,
-                     Real(1), A.x_attn.data());
+                     Real(1), A.x_attn.data(), {}, packed_for(cached, w.attn_proj, d, HD));
     }
     rmsnorm_rows_forward("norm2", T, d, A.x_attn.data(), A.norm2.data(), A.rstd2.data(),
                          A.x_out.data());
@@ -514,9 +533,9 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
       model_moe_combine(A.plan, d, A.ye.data(), A.gates.data(), A.x_out.data());
     } else {
       linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, A.norm2.data(), w.c_fc, Real(0),
-                     A.h.data(), relu2);
+                     A.h.data(), relu2, packed_for(cached, w.c_fc, 4 * d, d));
       linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, A.h.data(), w.mlp_proj, Real(1),
-                     A.x_out.data());
+                     A.x_out.data(), {}, packed_for(cached, w.mlp_proj, d, 4 * d));
     }
     x = A.x_out.data();
   }

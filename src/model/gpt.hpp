@@ -38,6 +38,7 @@
 #include "model/kv_cache.hpp"
 #include "model/model_kernels.hpp"
 #include "model/moe_ops.hpp"
+#include "model/packed_weights.hpp"
 #include "model/parameters.hpp"
 #include "runtime/aligned_memory.hpp"
 #include "runtime/thread_pool.hpp"
@@ -145,6 +146,14 @@ class GptT {
   const Workspace& workspace() const { return *workspace_; }
   size_t activation_bytes() const;
 
+  // lm_head packed for the logits' product (FusedLossParams::W_packed), kept like the blocks'
+  // weights in a cached forward (model/packed_weights.hpp): null for the float64 model and with
+  // the FP8 head (its W is rounded first).
+  const PackedB* packed_head();
+  // Memory the packed weights take (packed on a cached forward's or packed_head()'s first use
+  // after the parameters changed).
+  size_t packed_weight_bytes() const { return packed_.bytes(); }
+
  private:
   struct LayerActivations {
     AlignedVector<Real> x_in;      // [T, d] block input (after the skip)
@@ -173,6 +182,9 @@ class GptT {
   };
 
   GptWeights<Real> bind(Real* base) const;
+  // W (n_out × n_in) packed for a cached forward's product; null when not cached (training
+  // packs per call) and for the float64 model.
+  const PackedB* packed_for(bool cached, const Real* W, int64_t n_out, int64_t n_in);
   // cached: the inputs are the segments_ of forward_cached_batch, each continuing its cache.
   void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len,
                bool cached = false);
@@ -192,6 +204,7 @@ class GptT {
   std::vector<int> ready_stage_;  // per tensor: see gradient_ready_stages()
   AlignedVector<Real> grads_;
   GptWeights<Real> w_, g_;  // views of params_ and grads_
+  PackedWeights packed_;    // weights packed for cached forwards and the decoders' head
   RotaryTableT<Real> rotary_;
   int64_t T_ = 0;              // tokens in the last forward (all its sequences)
   int64_t window_blocks_ = 1;  // its long-layer window

@@ -38,6 +38,7 @@ FusedLossParams loss_params(const LossArgs<float>& a) {
   p.V = a.V;
   p.x = a.x;
   p.W = a.W;
+  p.W_packed = a.W_packed;
   p.targets = a.targets;
   p.softcap = a.softcap;
   p.softcap_divisor = a.softcap_divisor;
@@ -75,6 +76,21 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
   } else {
     gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &ep);
   }
+}
+
+void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, float beta,
+                       float* C, const ReluSquaredEpilogue<float>& epilogue) {
+  const double m = static_cast<double>(M), n = static_cast<double>(B.N),
+               k = static_cast<double>(B.K);
+  // Reads A, the packed B (2 or 4 bytes a value) and C when beta reads it; writes C.
+  ProfileScope scope("gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
+                     4.0 * (m * k + (beta == 0.0f ? 1.0 : 2.0) * m * n) +
+                         static_cast<double>(B.data.size()));
+  GemmEpilogue ep;
+  ep.relu_squared = epilogue.relu_squared;
+  ep.relu_squared_output = epilogue.relu_squared_output;
+  ep.ld_relu_squared_output = epilogue.ld;
+  matmul(Trans::kNo, M, 1.0f, A, B.K, B, beta, C, B.N, &ep);
 }
 
 void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,

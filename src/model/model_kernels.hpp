@@ -30,6 +30,7 @@ struct LossArgs {
   int64_t T = 0, d = 0, V = 0;
   const Real* x = nullptr;
   const Real* W = nullptr;
+  const PackedB* W_packed = nullptr;  // W packed for the logits (GptT::packed_head()), or null
   const int32_t* targets = nullptr;
   float softcap = 30.0f, softcap_divisor = 1.0f;
   bool fp8 = false;
@@ -61,6 +62,11 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
                 double beta, double* C, int64_t ldc, const ReluSquaredEpilogue<double>& epilogue);
+
+// C = A·op(B) + beta·C with op(B) packed once (model/packed_weights.hpp): M rows of A
+// (lda = B.K), C's ldc = B.N; the bits of model_gemm on the unpacked B.
+void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, float beta,
+                       float* C, const ReluSquaredEpilogue<float>& epilogue);
 
 // A mixture of experts' products over the expert groups of `plan` (kernels/grouped_gemm.hpp),
 // B the stack of the experts' matrices (the g-th at B + g·stride_b):

@@ -67,17 +67,30 @@ class ParameterSetT {
     return tensors_[it->second];
   }
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
-  Real* data(const std::string& name) { return values_.data() + info(name).offset; }
+  // Every non-const access counts as a change of the values (version() moves on): copies made
+  // of them before it, such as weights packed for the GEMM (model/packed_weights.hpp), are
+  // stale after it. So a writer takes a fresh pointer for each round of writes (the optimizer
+  // every step, a load, an initialisation) rather than keeping one across reads of the model.
+  Real* data(const std::string& name) {
+    ++version_;
+    return values_.data() + info(name).offset;
+  }
   const Real* data(const std::string& name) const { return values_.data() + info(name).offset; }
-  AlignedVector<Real>& values() { return values_; }
+  AlignedVector<Real>& values() {
+    ++version_;
+    return values_;
+  }
   const AlignedVector<Real>& values() const { return values_; }
   size_t size() const { return values_.size(); }
+  // Counts the non-const accesses above: equal versions mean unchanged values.
+  uint64_t version() const { return version_; }
 
  private:
   std::vector<ParamTensor> tensors_;
   std::unordered_map<std::string, size_t> index_;
   AlignedVector<Real> values_;
   size_t total_ = 0;
+  uint64_t version_ = 0;
 };
 
 using ParameterSet = ParameterSetT<float>;

@@ -108,6 +108,7 @@ void forward_rows_logits(Gpt& model, int64_t row0, int64_t rows, std::vector<flo
   p.V = c.vocab_padded();
   p.x = model.final_norm().data() + row0 * d;
   p.W = model.weights().lm_head;
+  p.W_packed = model.packed_head();
   p.softcap = static_cast<float>(c.logit_softcap);
   p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(d)));
   p.fp8 = c.fp8_head;
