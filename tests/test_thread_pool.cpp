@@ -1,8 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
 #include <stdexcept>
 
+#include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
@@ -32,6 +37,35 @@ TEST(ThreadPool, PropagatesExceptionsAndStaysUsable) {
   std::atomic<int> count{0};
   pool.parallel_for(50, [&](size_t, int) { count++; });
   EXPECT_EQ(count.load(), 50);
+}
+
+// Workers spin between jobs, then sleep (NANOGPT_POOL_SPIN_US): jobs back to back (caught
+// spinning) and jobs after a pause longer than the spin (workers asleep) must both run every
+// task once, with every worker taking part, whatever the spin time.
+TEST(ThreadPool, JobsBackToBackAndAfterSleepsRunEveryTask) {
+  for (const char* spin : {"0", "50", "200"}) {
+    setenv("NANOGPT_POOL_SPIN_US", spin, 1);
+    ThreadPool pool(3);
+    for (int round = 0; round < 400; ++round) {
+      if (round % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      const size_t n = 1 + static_cast<size_t>(round % 9);
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(n, [&](size_t t, int) { hits[t]++; });
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "spin " << spin;
+    }
+  }
+  unsetenv("NANOGPT_POOL_SPIN_US");
+}
+
+TEST(ThreadPool, ABadSpinTimeIsAnInputError) {
+  for (const char* bad : {"-1", "fast", "2000000", ""}) {
+    setenv("NANOGPT_POOL_SPIN_US", bad, 1);
+    EXPECT_THROW(ThreadPool::spin_microseconds(), InputError) << bad;
+  }
+  setenv("NANOGPT_POOL_SPIN_US", "75", 1);
+  EXPECT_EQ(ThreadPool::spin_microseconds(), 75);
+  unsetenv("NANOGPT_POOL_SPIN_US");
+  EXPECT_EQ(ThreadPool::spin_microseconds(), 200);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 
 #include <immintrin.h>
 
+#include "runtime/spin_pause.hpp"  // spin_pause(), for the kernels' spin-waits
+
 // A function compiled for the named ISA extensions; call it only where cpu_info() has them.
 #define NANOGPT_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define NANOGPT_TARGET_AVX512 __attribute__((target("avx512f")))
@@ -28,12 +30,3 @@
 #define NANOGPT_ALLOW_AVX512_INTRINSICS _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
 #endif
 
-namespace nanogpt {
-
-// In a spin-wait loop: tells the core the loop spins (saves power, and the pipeline flush when
-// it ends).
-inline void spin_pause() {
-  _mm_pause();
-}
-
-}  // namespace nanogpt

@@ -1,14 +1,33 @@
 #include "runtime/thread_pool.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
+#include "runtime/spin_pause.hpp"
 
 namespace nanogpt {
 
-ThreadPool::ThreadPool(int threads) {
+namespace {
+
+// Spins until done() or `micros` microseconds have passed; returns done().
+template <class Done>
+bool spin_until(const Done& done, int micros) {
+  if (micros <= 0) return done();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
+  for (unsigned i = 1;; ++i) {
+    if (done()) return true;
+    spin_pause();
+    // The clock costs ~20 ns: read it every 64 pauses.
+    if ((i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) : spin_us_(spin_microseconds()) {
   if (threads < 1) threads = 1;
   for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
 }
@@ -20,6 +39,20 @@ ThreadPool::~ThreadPool() {
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
+}
+
+int ThreadPool::spin_microseconds() {
+  constexpr int kDefault = 200;
+  const char* env = std::getenv("NANOGPT_POOL_SPIN_US");
+  if (env == nullptr) return kDefault;
+  char* end = nullptr;
+  const long us = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || us < 0 || us > 1'000'000) {
+    throw InputError(std::string("NANOGPT_POOL_SPIN_US='") + env +
+                     "' is not a spin time; set it to whole microseconds from 0 (sleep at once) "
+                     "to 1000000");
+  }
+  return static_cast<int>(us);
 }
 
 void ThreadPool::run_tasks(int worker) {
@@ -39,16 +72,22 @@ void ThreadPool::run_tasks(int worker) {
 void ThreadPool::worker_loop(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    auto published = [&] {
+      return stopping_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!spin_until(published, spin_us_)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
+      wake_.wait(lock, published);
     }
+    if (stopping_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
     run_tasks(worker);
-    {
+    // The last worker out wakes a caller that went to sleep; under the lock, so the caller
+    // cannot check the count and then sleep past this notification.
+    if (busy_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--busy_workers_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }
@@ -67,15 +106,19 @@ void ThreadPool::parallel_for(size_t tasks,
     next_task_ = 0;
     failed_ = false;
     error_ = nullptr;
-    busy_workers_ = static_cast<int>(workers_.size());
-    ++generation_;
+    busy_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  wake_.notify_all();
+  wake_.notify_all();  // no system call when every worker is spinning
   run_tasks(0);
+  auto all_done = [&] { return busy_workers_.load(std::memory_order_acquire) == 0; };
   std::exception_ptr error;
-  {
+  if (!spin_until(all_done, spin_us_)) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return busy_workers_ == 0; });
+    done_.wait(lock, all_done);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     job_ = nullptr;
     error = error_;
     error_ = nullptr;

@@ -1,5 +1,12 @@
 // A persistent pool of worker threads: threads are created once and parked between jobs, so
-// a parallel loop costs a wake-up, not a thread creation.
+// a parallel loop costs a wake-up, not a thread creation. Between jobs a worker first spins
+// for a while (spin_microseconds(), NANOGPT_POOL_SPIN_US) watching for the next one, and only
+// then sleeps on a condition variable; the caller likewise spins before sleeping while it
+// waits for the workers. A wake-up through the kernel costs ~30 µs here (measured: a 2-thread
+// 24×64×32 product took 32.8 µs a call against 1.3 µs on one thread), more than a small
+// product's arithmetic, and a model's step or decode issues its products back to back, so
+// the spin catches nearly every job. It is what OpenMP runtimes do (OMP_WAIT_POLICY, libgomp's
+// GOMP_SPINCOUNT); the bound keeps an idle pool from holding cores.
 #pragma once
 
 #include <atomic>
@@ -22,6 +29,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // How long a waiting thread spins before it sleeps: NANOGPT_POOL_SPIN_US microseconds
+  // (0: sleep at once, for machines shared with other busy processes), default 200.
+  static int spin_microseconds();
 
   // Runs fn(task, worker) for every task in [0, tasks), handing tasks out one at a time so
   // threads that finish early take more. Blocks until all are done; rethrows the first
@@ -54,9 +65,12 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;
-  bool stopping_ = false;
-  int busy_workers_ = 0;
+  // A new job is published by storing job_ and its counters, then bumping generation_
+  // (release); a worker that sees the new generation (acquire) sees the job.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> busy_workers_{0};
+  const int spin_us_;
   const std::function<void(size_t, int)>* job_ = nullptr;
   size_t job_tasks_ = 0;
   std::atomic<size_t> next_task_{0};
