@@ -33,7 +33,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/attention_internal.hpp"
 #include "kernels/gemm/microkernel.hpp"
-#include "load_average.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace {
@@ -160,7 +160,7 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
   std::vector<float> out(static_cast<size_t>(T * H * D)), lse(static_cast<size_t>(H * T));
   std::vector<float> grads(static_cast<size_t>(T * ld));
 
-  const double load_before = nanogpt::bench::load_average();
+  const double load_before = nanogpt::load_average();
   using Clock = std::chrono::steady_clock;
   std::vector<double> fwd, bwd, both, fwd_cpu, bwd_cpu;
   for (int rep = 0; rep < o.warmup + o.repeats; ++rep) {
@@ -180,7 +180,7 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
     fwd_cpu.push_back(c1 - c0);
     bwd_cpu.push_back(c2 - c1);
   }
-  const double load_after = nanogpt::bench::load_average();
+  const double load_after = nanogpt::load_average();
 
   const double pair_dims = visible_pairs(p) * static_cast<double>(H * D);
   const Stats f = stats(fwd), b = stats(bwd), fb = stats(both);

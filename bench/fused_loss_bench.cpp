@@ -31,7 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/fused_linear_cross_entropy.hpp"
-#include "load_average.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
 
@@ -194,7 +194,7 @@ Result measure(const Options& o, bool fused) {
     r.hwm_reset = clear.good() ? 1 : 0;
   }
   r.baseline_rss = status_bytes("VmRSS");
-  r.load_before = nanogpt::bench::load_average();
+  r.load_before = nanogpt::load_average();
 
   auto call = [&]() {
     return fused ? nanogpt::fused_linear_cross_entropy_backward(p, dx.data(), dW.data())
@@ -224,7 +224,7 @@ Result measure(const Options& o, bool fused) {
   r.max_seconds = seconds.back();
   r.peak_hwm = status_bytes("VmHWM");
   r.workspace_peak_bytes = static_cast<int64_t>(workspace.peak_bytes());
-  r.load_after = nanogpt::bench::load_average();
+  r.load_after = nanogpt::load_average();
   return r;
 }
 

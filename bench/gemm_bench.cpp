@@ -24,7 +24,7 @@
 #include "kernels/gemm/blocking.hpp"
 #include "kernels/gemm/driver.hpp"
 #include "kernels/gemm/microkernel.hpp"
-#include "load_average.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace {
@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
             static_cast<long long>(v.kernel.mr), static_cast<long long>(v.kernel.nr), threads,
             best.name().c_str(), times.front() * 1e3, flops / times.front() * 1e-9,
             flops / median * 1e-9, flops / default_best * 1e-9,
-            flops / cpu_per_run * 1e-9 * threads, times.size(), nanogpt::bench::load_average());
+            flops / cpu_per_run * 1e-9 * threads, times.size(), nanogpt::load_average());
         std::fflush(stdout);
       }
     }

@@ -54,7 +54,6 @@
 #include "kernels/bf16.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/gemm_bf16.hpp"
-#include "load_average.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -431,7 +430,7 @@ void settle(const Options& o) {
 
 Row measure(const Product& p, const Options& o, nanogpt::ThreadPool& pool, dnnl::engine& eng,
             dnnl::stream& strm, uint64_t seed) {
-  Row row{p, {}, {}, {}, {}, {}, nanogpt::bench::load_average()};
+  Row row{p, {}, {}, {}, {}, {}, nanogpt::load_average()};
   Operands x(p);
   Rng rng{seed * 0x9E3779B97F4A7C15ull + 1};
   for (size_t k = 0; k < x.a32.n; ++k) x.a32[k] = rng.uniform();
@@ -542,7 +541,7 @@ std::string trans_name(Trans t) {
 
 void print_header(std::FILE* out, const std::string& preset, int64_t T, const Options& o) {
   std::fprintf(out, "\npreset %s, T=%lld, %d threads, load %.2f; GFLOP/s (%s of >= %d calls)\n",
-               preset.c_str(), static_cast<long long>(T), o.threads, nanogpt::bench::load_average(),
+               preset.c_str(), static_cast<long long>(T), o.threads, nanogpt::load_average(),
                o.best ? "fastest" : "median", o.reps);
   std::fprintf(out, "%-16s %6s %6s %6s |", "product", "M", "N", "K");
   if (o.fp32) std::fprintf(out, " %8s %8s %6s %8s |", "ours32", "OpenBLAS", "ratio", "err");
@@ -683,7 +682,7 @@ int main(int argc, char** argv) {
     const nanogpt::Config config = nanogpt::preset(name);
     const int64_t T =
         o.seq_len > 0 ? o.seq_len : (name == "speedrun" ? 1024 : config.train_seq_len);
-    const double load_before = nanogpt::bench::load_average();
+    const double load_before = nanogpt::load_average();
     print_header(table, name, T, o);
     Aggregate fp32, bf16_best, bf16_plain;
     double best_ours16 = 0, best_any16 = 0, best_ours32 = 0;
@@ -701,7 +700,7 @@ int main(int argc, char** argv) {
       best_any16 =
           std::max({best_any16, r.ours16.gflops, r.dnnl_plain.gflops, r.dnnl_packed.gflops});
     }
-    const double load_after = nanogpt::bench::load_average();
+    const double load_after = nanogpt::load_average();
     std::fprintf(table, "%s summary (load %.2f -> %.2f):", name.c_str(), load_before, load_after);
     if (o.fp32) {
       std::fprintf(table, " fp32 vs OpenBLAS geomean %.2fx, per-sequence time %.2fx;",

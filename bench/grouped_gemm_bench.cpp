@@ -30,7 +30,6 @@
 #include "kernels/gemm_bf16.hpp"
 #include "kernels/grouped_gemm.hpp"
 #include "kernels/moe_routing.hpp"
-#include "load_average.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -132,7 +131,7 @@ int main(int argc, char** argv) {
   std::printf("%s\n", nlohmann::json{{"bench", "grouped_gemm"},
                                      {"cpu", nanogpt::cpu_info().model_name},
                                      {"threads", threads},
-                                     {"load_avg_1m", nanogpt::bench::load_average()}}
+                                     {"load_avg_1m", nanogpt::load_average()}}
                           .dump()
                           .c_str());
 
@@ -253,7 +252,7 @@ int main(int argc, char** argv) {
               {"gflops_padded", flops / padded * 1e-9},
               {"grouped_over_loop", loop / grouped},
               {"grouped_over_padded", padded / grouped},
-              {"load_avg_1m", nanogpt::bench::load_average()},
+              {"load_avg_1m", nanogpt::load_average()},
           };
           std::printf("%s\n", line.dump().c_str());
           std::fflush(stdout);

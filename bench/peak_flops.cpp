@@ -24,9 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "load_average.hpp"
-#include "runtime/amx_permission.hpp"
 #include "runtime/cpu_info.hpp"
+#include "runtime/amx_permission.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace {
@@ -206,7 +205,7 @@ int main(int argc, char** argv) {
       {"vdpbf16ps zmm", "avx512_bf16", 64, kChains, dpbf16_zmm, cpu.avx512f && cpu.avx512_bf16},
       {"tdpbf16ps", "amx", 16.0 * 16 * 32 * 2, 4, tdpbf16, amx},
   };
-  const double load_before = nanogpt::bench::load_average();
+  const double load_before = nanogpt::load_average();
   // Four adds per iteration, one cycle each.
   const double ghz = 4.0 * iterations_per_second(add_chain, 1, seconds) / 1e9;
   if (!json) {

@@ -38,15 +38,24 @@ constexpr uint8_t kEmpty = 0, kPacking = 1, kReady = 2;
 
 // Claims the panels of [begin, end) that no one has claimed, packs them with
 // pack(claimed, count), then waits for those others claimed. `claimed` has room for end − begin.
+// one_at_a_time: claim and pack each panel before claiming the next, so that tasks needing the
+// same panels (a short A shared by every task of a row block) share the packing instead of one
+// packing them all while the others wait; used where panels are packed whole (an i-major
+// source), not a chunk of k across all of them.
 template <class PackPanels>
 void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end, int64_t* claimed,
-                   const PackPanels& pack) {
+                   bool one_at_a_time, const PackPanels& pack) {
   size_t count = 0;
   for (int64_t p = begin; p < end; ++p) {
     uint8_t expected = kEmpty;
     if (flags[p].load(std::memory_order_relaxed) == kEmpty &&
         flags[p].compare_exchange_strong(expected, kPacking, std::memory_order_acquire)) {
-      claimed[count++] = p;
+      if (one_at_a_time) {
+        pack(&p, 1);
+        flags[p].store(kReady, std::memory_order_release);
+      } else {
+        claimed[count++] = p;
+      }
     }
   }
   if (count > 0) {
@@ -176,14 +185,16 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
       int64_t* const a_rows = reinterpret_cast<int64_t*>(acc_memory + acc_floats);
       int64_t* const claimed = a_rows + task_panels;
       ensure_packed(
-          a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed, [&](const int64_t* p, size_t n) {
+          a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed, trans_a == Trans::kNo,
+          [&](const int64_t* p, size_t n) {
             pack::pack_panels(pack_a, A, lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr,
                               M, K, kp,
                               [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
           });
       if (b_flags != nullptr) {
         ensure_packed(
-            b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, [&](const int64_t* p, size_t n) {
+            b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, trans_b == Trans::kYes,
+            [&](const int64_t* p, size_t n) {
               // B's panels are counted from the superblock's first column.
               pack::pack_panels(
                   pack_b,
