@@ -40,8 +40,10 @@ constexpr uint8_t kEmpty = 0, kPacking = 1, kReady = 2;
 // pack(claimed, count), then waits for those others claimed. `claimed` has room for end − begin.
 // one_at_a_time: claim and pack each panel before claiming the next, so that tasks needing the
 // same panels (a short A shared by every task of a row block) share the packing instead of one
-// packing them all while the others wait; used where panels are packed whole (an i-major
-// source), not a chunk of k across all of them.
+// packing them all while the others wait. Used for A from an i-major source (panels packed
+// whole, not a chunk of k across all of them). Not for B: measured (bench/gemm_call_cost, fp32,
+// 2 threads, 256³) it made a task read half its B panels from the other core's cache, 193 →
+// 305 µs a call, where A gains (bf16 256³: 207 → 101 µs).
 template <class PackPanels>
 void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end, int64_t* claimed,
                    bool one_at_a_time, const PackPanels& pack) {
@@ -193,7 +195,7 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
           });
       if (b_flags != nullptr) {
         ensure_packed(
-            b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, trans_b == Trans::kYes,
+            b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, /*one_at_a_time=*/false,
             [&](const int64_t* p, size_t n) {
               // B's panels are counted from the superblock's first column.
               pack::pack_panels(
