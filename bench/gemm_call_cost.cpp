@@ -72,8 +72,9 @@ double kernel_gflops(const MicroKernel& k) {
 }
 
 void print_line(const std::string& body, int threads) {
-  std::printf("{\"bench\":\"gemm_call_cost\",%s,\"threads\":%d,\"cpu\":\"%s\",\"load_avg_1m\":%.2f}\n",
-              body.c_str(), threads, cpu_info().model_name.c_str(), load_average());
+  std::printf(
+      "{\"bench\":\"gemm_call_cost\",%s,\"threads\":%d,\"cpu\":\"%s\",\"load_avg_1m\":%.2f}\n",
+      body.c_str(), threads, cpu_info().model_name.c_str(), load_average());
   std::fflush(stdout);
 }
 
@@ -127,8 +128,8 @@ int main(int argc, char** argv) {
           if (packed) {
             matmul(Trans::kNo, s.M, 1.0f, A.data(), s.K, B, 0.0f, C.data(), s.N);
           } else {
-            matmul(precision, Trans::kNo, Trans::kYes, s.M, s.N, s.K, 1.0f, A.data(), s.K,
-                   W.data(), s.K, 0.0f, C.data(), s.N);
+            matmul(precision, Trans::kNo, Trans::kYes, s.M, s.N, s.K, 1.0f, A.data(), s.K, W.data(),
+                   s.K, 0.0f, C.data(), s.N);
           }
         });
       };
@@ -149,9 +150,8 @@ int main(int argc, char** argv) {
           print_line(std::string("\"figure\":\"small_product\",\"dtype\":\"") + dtype +
                          "\",\"M\":" + std::to_string(s.M) + ",\"N\":" + std::to_string(s.N) +
                          ",\"K\":" + std::to_string(s.K) + ",\"b\":\"" +
-                         (packed ? "packed_once" : "packed_per_call") +
-                         "\",\"us_per_call\":" + std::to_string(sec * 1e6) +
-                         ",\"gflops\":" + std::to_string(gflops) +
+                         (packed ? "packed_once" : "packed_per_call") + "\",\"us_per_call\":" +
+                         std::to_string(sec * 1e6) + ",\"gflops\":" + std::to_string(gflops) +
                          ",\"of_kernel_rate\":" + std::to_string(gflops / (peak * threads)),
                      threads);
         }

@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/cpu_info.hpp"
 #include "runtime/amx_permission.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace {

@@ -172,10 +172,10 @@ TEST(GemmPackedB, RefusesABPackedForAnotherKernelAndBadShapes) {
   PackedB packed;
   pack_b_operand(scalar, PackSource::kF32, Trans::kNo, 64, 64, B.data(), 64, packed);
   if (other.fn != scalar.fn) {
-    EXPECT_THROW(gemm_run_packed_b(other, default_blocking(other, 64, 64, 64, 1), PackSource::kF32,
-                                   Trans::kNo, 64, 1.0f, A.data(), 64, packed, 0.0f, C.data(), 64,
-                                   nullptr),
-                 std::invalid_argument);
+    EXPECT_THROW(
+        gemm_run_packed_b(other, default_blocking(other, 64, 64, 64, 1), PackSource::kF32,
+                          Trans::kNo, 64, 1.0f, A.data(), 64, packed, 0.0f, C.data(), 64, nullptr),
+        std::invalid_argument);
   }
   PackedB empty;
   EXPECT_THROW(matmul(Trans::kNo, 64, 1.0f, A.data(), 64, empty, 0.0f, C.data(), 64),

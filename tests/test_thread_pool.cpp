@@ -3,9 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <stdexcept>
 #include <thread>
 #include <vector>
-#include <stdexcept>
 
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"

@@ -42,9 +42,9 @@
 namespace nanogpt {
 
 struct FusedLossParams {
-  int64_t T = 0, d = 0, V = 0;       // rows, model dim, classes (= padded vocab)
-  const float* x = nullptr;          // [T, d]
-  const float* W = nullptr;          // [V, d]
+  int64_t T = 0, d = 0, V = 0;  // rows, model dim, classes (= padded vocab)
+  const float* x = nullptr;     // [T, d]
+  const float* W = nullptr;     // [V, d]
   // Optional: W packed for the logits' product, x·Wᵀ (pack_matmul_b(precision, Trans::kYes, d,
   // V, W, d, ...)), for callers that run the same W many times (decoding, evaluation): the
   // logits then skip packing it, with the same bits. Not used with fp8 (W is rounded first).

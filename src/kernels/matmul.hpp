@@ -3,8 +3,8 @@
 #pragma once
 
 #include "kernels/gemm.hpp"
-#include "kernels/gemm_bf16.hpp"
 #include "kernels/gemm/packed_b.hpp"
+#include "kernels/gemm_bf16.hpp"
 
 namespace nanogpt {
 

@@ -29,4 +29,3 @@
 #else
 #define NANOGPT_ALLOW_AVX512_INTRINSICS _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
 #endif
-

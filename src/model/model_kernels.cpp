@@ -83,9 +83,9 @@ void model_gemm_packed(const char* name, int64_t M, const float* A, const Packed
   const double m = static_cast<double>(M), n = static_cast<double>(B.N),
                k = static_cast<double>(B.K);
   // Reads A, the packed B (2 or 4 bytes a value) and C when beta reads it; writes C.
-  ProfileScope scope("gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
-                     4.0 * (m * k + (beta == 0.0f ? 1.0 : 2.0) * m * n) +
-                         static_cast<double>(B.data.size()));
+  ProfileScope scope(
+      "gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
+      4.0 * (m * k + (beta == 0.0f ? 1.0 : 2.0) * m * n) + static_cast<double>(B.data.size()));
   GemmEpilogue ep;
   ep.relu_squared = epilogue.relu_squared;
   ep.relu_squared_output = epilogue.relu_squared_output;

@@ -146,8 +146,7 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   std::atomic<uint8_t>* a_flags = empty_flags(ws.get("gemm.a_flags", static_cast<size_t>(m_panels)),
                                               static_cast<size_t>(m_panels));
   std::byte* b_flag_memory =
-      packed_b != nullptr ? nullptr
-                          : ws.get("gemm.b_flags", static_cast<size_t>(ceil_div(ns, nr)));
+      packed_b != nullptr ? nullptr : ws.get("gemm.b_flags", static_cast<size_t>(ceil_div(ns, nr)));
 
   // A task's buffer: the accumulator (two tiles taken in turn when K is a single block, each
   // finished while hot in L1, else the task's whole MC×NC block, carried from one K block to the
@@ -174,9 +173,8 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
     const char* const b_panels =
         packed_b != nullptr ? reinterpret_cast<const char*>(packed_b->data.data()) : pb;
     std::atomic<uint8_t>* b_flags =
-        packed_b != nullptr
-            ? nullptr
-            : empty_flags(b_flag_memory, static_cast<size_t>(ceil_div(s_cols, nr)));
+        packed_b != nullptr ? nullptr
+                            : empty_flags(b_flag_memory, static_cast<size_t>(ceil_div(s_cols, nr)));
     const int64_t n_blocks = ceil_div(s_cols, blk.nc);
     pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int worker) {
       const int64_t i0 = static_cast<int64_t>(task) / n_blocks * blk.mc;
@@ -186,13 +184,12 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
       float* const acc_memory = reinterpret_cast<float*>(task_buffers[static_cast<size_t>(worker)]);
       int64_t* const a_rows = reinterpret_cast<int64_t*>(acc_memory + acc_floats);
       int64_t* const claimed = a_rows + task_panels;
-      ensure_packed(
-          a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed, trans_a == Trans::kNo,
-          [&](const int64_t* p, size_t n) {
-            pack::pack_panels(pack_a, A, lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr,
-                              M, K, kp,
-                              [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
-          });
+      ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed, trans_a == Trans::kNo,
+                    [&](const int64_t* p, size_t n) {
+                      pack::pack_panels(
+                          pack_a, A, lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr, M,
+                          K, kp, [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
+                    });
       if (b_flags != nullptr) {
         ensure_packed(
             b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, /*one_at_a_time=*/false,
@@ -313,9 +310,9 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
               beta, C, ldc, epilogue);
 }
 
-void gemm_run_packed_b(const MicroKernel& kernel, const GemmBlocking& blocking,
-                       PackSource a_source, Trans trans_a, int64_t M, float alpha, const void* A,
-                       int64_t lda, const PackedB& B, float beta, float* C, int64_t ldc,
+void gemm_run_packed_b(const MicroKernel& kernel, const GemmBlocking& blocking, PackSource a_source,
+                       Trans trans_a, int64_t M, float alpha, const void* A, int64_t lda,
+                       const PackedB& B, float beta, float* C, int64_t ldc,
                        const GemmEpilogue* epilogue) {
   check_packed_b(kernel, B);
   run_product(kernel, blocking, {a_source, B.source}, trans_a, Trans::kNo, M, B.N, B.K, alpha, A,

@@ -29,9 +29,9 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
 // The same with op(B) given packed (gemm/packed_b.hpp) for this kernel (std::invalid_argument
 // if it was packed for another); A is read as `a_source` says. Gives the bits of gemm_run on
 // the unpacked B.
-void gemm_run_packed_b(const MicroKernel& kernel, const GemmBlocking& blocking,
-                       PackSource a_source, Trans trans_a, int64_t M, float alpha, const void* A,
-                       int64_t lda, const PackedB& B, float beta, float* C, int64_t ldc,
+void gemm_run_packed_b(const MicroKernel& kernel, const GemmBlocking& blocking, PackSource a_source,
+                       Trans trans_a, int64_t M, float alpha, const void* A, int64_t lda,
+                       const PackedB& B, float beta, float* C, int64_t ldc,
                        const GemmEpilogue* epilogue);
 
 // The blocking gemm()/gemm_bf16() use: default_blocking() for small problems, else the

@@ -20,7 +20,7 @@
 namespace nanogpt {
 
 struct PackedB {
-  const MicroKernel* kernel = nullptr;  // packed for this kernel; null: nothing packed yet
+  const MicroKernel* kernel = nullptr;   // packed for this kernel; null: nothing packed yet
   PackSource source = PackSource::kF32;  // how B was read (the A of its products is read alike)
   int64_t K = 0, N = 0;                  // op(B) is K × N
   int64_t kp = 0;                        // K padded to the kernel's k step (at least one step)
