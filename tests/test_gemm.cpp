@@ -94,10 +94,6 @@ void expect_close(const Problem& p, const std::vector<float>& got, const std::ve
   }
 }
 
-inline bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
 inline const char* trans_name(Trans t) {
   return t == Trans::kNo ? "N" : "T";
 }

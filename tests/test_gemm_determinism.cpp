@@ -48,22 +48,10 @@ struct Case {
   }
 };
 
-bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-std::vector<std::pair<MicroKernel, PackSource>> every_kernel() {
-  std::vector<std::pair<MicroKernel, PackSource>> out;
-  for (const MicroKernel& k : available_microkernels()) out.emplace_back(k, PackSource::kF32);
-  for (const MicroKernel& k : bf16_microkernels_under_test())
-    out.emplace_back(k, PackSource::kF32ToBf16);
-  return out;
-}
-
 TEST(GemmDeterminism, SameBitsForOneTwoAndThreeThreads) {
   ThreadPool one(1), two(2), three(3);
   uint32_t seed = 5;
-  for (const auto& [kernel, source] : every_kernel()) {
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
     for (Trans ta : {Trans::kNo, Trans::kYes}) {
       for (Trans tb : {Trans::kNo, Trans::kYes}) {
         const Case c(ta, tb, 150, 333, 600, 1.0f, seed++);
@@ -101,7 +89,7 @@ TEST(GemmDeterminism, EveryBlockingCandidateGivesTheSameBits) {
   ThreadPool two(2);
   ThreadPool::Use use(two);
   uint32_t seed = 50;
-  for (const auto& [kernel, source] : every_kernel()) {
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
     for (Trans ta : {Trans::kNo, Trans::kYes}) {
       for (Trans tb : {Trans::kNo, Trans::kYes}) {
         const Case c(ta, tb, 97, 200, 1100, ta == Trans::kYes ? 1.0f : 0.0f, seed++);
@@ -134,7 +122,7 @@ TEST(GemmDeterminism, StreamingStoresGiveTheSameBits) {
              c.A.data(), c.lda(), c.B.data(), c.ldb(), 0.0f, out, N, nullptr);
     return std::vector<float>(out, out + M * N);
   };
-  for (const auto& [kernel, source] : every_kernel()) {
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
     EXPECT_TRUE(same_bits(run(kernel, source, aligned), run(kernel, source, aligned + 1)))
         << kernel.isa;
   }

@@ -23,26 +23,6 @@
 namespace nanogpt {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-std::vector<std::pair<MicroKernel, PackSource>> every_kernel() {
-  std::vector<std::pair<MicroKernel, PackSource>> out;
-  for (const MicroKernel& k : available_microkernels()) out.emplace_back(k, PackSource::kF32);
-  for (const MicroKernel& k : bf16_microkernels_under_test())
-    out.emplace_back(k, PackSource::kF32ToBf16);
-  return out;
-}
-
 struct Shape {
   int64_t M, N, K;
 };
@@ -55,7 +35,7 @@ TEST(GemmPackedB, SameBitsAsPackingBInTheProduct) {
   // unpacked product takes in several superblocks and the packed one in one.
   const Shape shapes[] = {{37, 91, 53}, {1, 300, 256}, {64, 70, 0}, {45, 2100, 600}};
   uint32_t seed = 11;
-  for (const auto& [kernel, source] : every_kernel()) {
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
     for (const Shape& s : shapes) {
       if (s.N * s.K > 1'000'000 && kernel.level == IsaLevel::kScalar) continue;  // too slow
       for (Trans ta : {Trans::kNo, Trans::kYes}) {
@@ -93,7 +73,7 @@ TEST(GemmPackedB, EpilogueAndEveryBlockingGiveTheSameBits) {
   ep.addend = addend.data();
   ep.ld_addend = N;
   ep.addend_scale = -0.25f;
-  for (const auto& [kernel, source] : every_kernel()) {
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
     PackedB packed;
     pack_b_operand(kernel, source, Trans::kYes, K, N, B.data(), K, packed);
     std::vector<GemmBlocking> all = blocking_candidates(kernel, M, N, K, 2);
@@ -114,7 +94,7 @@ TEST(GemmPackedB, PackedBytesDoNotDependOnTheThreadCountOrTheBufferReused) {
   const int64_t K = 260, N = 1000;
   const std::vector<float> B = random_values(K * N, 7);
   const std::vector<float> big = random_values(600 * 1500, 8);
-  for (const auto& [kernel, source] : every_kernel()) {
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
     for (Trans tb : {Trans::kNo, Trans::kYes}) {
       const int64_t ldb = tb == Trans::kNo ? N : K;
       PackedB a, b;
@@ -141,8 +121,6 @@ TEST(GemmPackedB, PackedBytesDoNotDependOnTheThreadCountOrTheBufferReused) {
 TEST(GemmPackedB, ThePublicEntryPointsMatchTheUnpackedProducts) {
   const int64_t M = 150, N = 333, K = 256;
   const std::vector<float> A = random_values(M * K, 21), B = random_values(N * K, 22);
-  std::vector<bf16> A16(A.size());
-  for (size_t i = 0; i < A.size(); ++i) A16[i] = to_bf16(A[i]);
   for (Precision p : {Precision::kFp32, Precision::kBf16}) {
     PackedB packed;
     pack_matmul_b(p, Trans::kYes, K, N, B.data(), K, packed);
@@ -156,7 +134,9 @@ TEST(GemmPackedB, ThePublicEntryPointsMatchTheUnpackedProducts) {
   PackedB packed;
   pack_matmul_b(Precision::kBf16, Trans::kNo, N, K, B.data(), K, packed);
   std::vector<float> expected(M * K), got(M * K);
-  const std::vector<bf16> G16(A16.begin(), A16.begin() + M * N);
+  const std::vector<float> G = random_values(M * N, 23);
+  std::vector<bf16> G16(G.size());
+  for (size_t i = 0; i < G.size(); ++i) G16[i] = to_bf16(G[i]);
   gemm_bf16(Trans::kNo, Trans::kNo, M, K, N, 1.0f, G16.data(), N, B.data(), K, 0.0f,
             expected.data(), K);
   matmul(Trans::kNo, M, 1.0f, G16.data(), N, packed, 0.0f, got.data(), K);

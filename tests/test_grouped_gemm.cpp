@@ -46,10 +46,6 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& sizes) {
   return offsets;
 }
 
-bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
 struct Sizes {
   const char* name;
   std::vector<int64_t> sizes;

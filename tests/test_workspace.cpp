@@ -1,6 +1,7 @@
 // Workspace: buffers per slot and thread, reused without growth, counted, released; the GEMM
 // driver keeps its scratch in the workspace in scope and gives the same bits from any one.
 #include "runtime/workspace.hpp"
+#include "support/kernels.hpp"
 
 #include <gtest/gtest.h>
 
@@ -120,14 +121,6 @@ TEST(Workspace, UseScopesNestAndRestore) {
     EXPECT_EQ(&Workspace::current(), &outer);
   }
   EXPECT_EQ(&Workspace::current(), &Workspace::process_default());
-}
-
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
 }
 
 // A product of several tasks and, with K = 600, several K blocks (the per-task accumulator
