@@ -31,8 +31,8 @@ TEST(GemmPackedB, SameBitsAsPackingBInTheProduct) {
   ThreadPool two(2);
   ThreadPool::Use use(two);
   // Ragged everywhere; one 1-row A (decoding); K = 0 (C = beta·C); and a B whose packed panels
-  // outgrow the driver's superblock (4 MiB: 2,100 columns of K = 600 in fp32), which the
-  // unpacked product takes in several superblocks and the packed one in one.
+  // outgrow the driver's superblock (4 MiB: 2,100 columns of K = 600 in fp32), which both take
+  // a superblock at a time, the packed one reading its panels from column s0 of the whole.
   const Shape shapes[] = {{37, 91, 53}, {1, 300, 256}, {64, 70, 0}, {45, 2100, 600}};
   uint32_t seed = 11;
   for (const auto& [kernel, source] : every_gemm_kernel()) {

@@ -132,10 +132,10 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   const layout::Layout la = kernel.a_layout(mp, kp);
   if (!la.separable()) throw std::invalid_argument("gemm: packed layouts must be separable");
 
-  // Superblock width: all of N if its packed panels fit kPackedBBytes (or B comes packed),
-  // else a multiple of nc.
+  // Superblock width: all of N if its packed panels fit kPackedBBytes, else a multiple of nc
+  // (B given packed too: a superblock of it then stays in cache while every row block reads it).
   int64_t ns = std::max<int64_t>(kPackedBBytes / (kp * bytes) / blk.nc, 1) * blk.nc;
-  if (ns >= N || packed_b != nullptr) ns = N;
+  if (ns >= N) ns = N;
   const int64_t ns_p = packed_b != nullptr ? 0 : round_up(ns, nr);
 
   // Scratch from the caller's workspace (runtime/workspace.hpp): the packed operands and
@@ -168,8 +168,10 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   const int64_t m_blocks = ceil_div(M, blk.mc);
   for (int64_t s0 = 0; s0 < N; s0 += ns) {
     const int64_t s_cols = std::min(ns, N - s0);
+    // Packed here: the superblock's own panels; given packed: all of B's, from column s0.
     const layout::Layout lb =
         packed_b != nullptr ? packed_b->layout : kernel.b_layout(kp, round_up(s_cols, nr));
+    const int64_t lb_col0 = packed_b != nullptr ? s0 : 0;
     const char* const b_panels =
         packed_b != nullptr ? reinterpret_cast<const char*>(packed_b->data.data()) : pb;
     std::atomic<uint8_t>* b_flags =
@@ -233,7 +235,7 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
         const bool last = kb == n_kblocks - 1;
         const int64_t a_k = la.col_part(k0), b_k = lb.row_part(k0);
         for (int64_t jp = j0; jp < j0 + cols; jp += nr) {
-          const char* b = b_panels + (lb.col_part(jp) + b_k) * bytes;
+          const char* b = b_panels + (lb.col_part(lb_col0 + jp) + b_k) * bytes;
           const int64_t tile_cols = std::min(nr, s_cols - jp);
           for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) {
             const char* a = pa + (a_rows[t] + a_k) * bytes;
