@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/autotune.hpp"
@@ -14,7 +16,9 @@
 #include "kernels/gemm/driver.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm_bf16.hpp"
+#include "runtime/file_io.hpp"
 #include "runtime/thread_pool.hpp"
+#include "support/fixtures.hpp"
 #include "support/kernels.hpp"
 
 namespace nanogpt {
@@ -148,6 +152,35 @@ TEST(GemmDeterminism, AutotuningLeavesResultsAsTheDefaultBlockingDoes) {
     const GemmBlocking d = default_blocking(kernel, c.M, c.N, c.K, ThreadPool::current().size());
     EXPECT_TRUE(same_bits(got, c.run(kernel, d, source))) << kernel.isa;
   }
+}
+
+// The autotuner keys a product by the power of two at or above its height: heights 300 and 400
+// (both tuned: over 2^24 multiply-adds) share one entry, M=512, timed once; 600 gets its own.
+TEST(GemmDeterminism, TunedHeightsShareAPowerOfTwoKey) {
+  TempDir dir;
+  AutotuneCache cache(dir.path(), CpuIdentity::current(), AutotuneMode::kOn);
+  AutotuneCache::Use use_cache(cache);
+  ThreadPool two(2);
+  ThreadPool::Use use(two);
+  for (int64_t M : {300, 400, 600}) {
+    const Case c(Trans::kNo, Trans::kYes, M, 256, 256, 0.0f, 7);
+    std::vector<float> out = c.C0;
+    gemm(c.ta, c.tb, M, c.N, c.K, 1.0f, c.A.data(), c.lda(), c.B.data(), c.ldb(), 0.0f, out.data(),
+         c.N);
+  }
+  const nlohmann::json j = nlohmann::json::parse(read_file(cache.file_path()));
+  std::vector<std::string> gemm_keys;
+  for (const auto& [key, entry] : j["entries"].items()) {
+    if (key.rfind("op=gemm_nt", 0) == 0) gemm_keys.push_back(key);
+  }
+  ASSERT_EQ(gemm_keys.size(), 2u) << j.dump();
+  int with_512 = 0, with_1024 = 0;
+  for (const std::string& key : gemm_keys) {
+    with_512 += key.find(" M=512 ") != std::string::npos ? 1 : 0;
+    with_1024 += key.find(" M=1024 ") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(with_512, 1) << j.dump();
+  EXPECT_EQ(with_1024, 1) << j.dump();
 }
 
 }  // namespace

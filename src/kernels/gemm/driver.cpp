@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <new>
 #include <span>
 #include <stdexcept>
@@ -278,7 +279,11 @@ GemmBlocking blocking_for(const MicroKernel& kernel, PackSources sources, Trans 
   TuneKey key;
   key.op = std::string("gemm_") + (trans_a == Trans::kNo ? "n" : "t") +
            (trans_b == Trans::kNo ? "n" : "t") + "_threads" + std::to_string(threads);
-  key.M = M;
+  // Heights are keyed by the power of two at or above them: a model's cached forwards see
+  // every height from 1 to thousands (each prompt length, each batch of cases), and timing each
+  // new one (~1 s of candidates) cost evaluation runs far more than the products; heights
+  // within a factor of two share their blocking (all candidates give the same bits).
+  key.M = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(M)));
   key.N = N;
   key.K = K;
   key.dtype = sources.a == sources.b
