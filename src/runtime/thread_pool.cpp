@@ -25,6 +25,20 @@ bool spin_until(const Done& done, int micros) {
   }
 }
 
+// The whole number in environment variable `name`, in [lo, hi]; `fallback` when it is unset.
+// Anything else is an InputError: "NAME='value' is not <what>; set it to <how>".
+int env_whole_number(const char* name, long lo, long hi, int fallback, const char* what,
+                     const char* how) {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || n < lo || n > hi) {
+    throw InputError(std::string(name) + "='" + env + "' is not " + what + "; set it to " + how);
+  }
+  return static_cast<int>(n);
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) : spin_us_(spin_microseconds()) {
@@ -42,17 +56,8 @@ ThreadPool::~ThreadPool() {
 }
 
 int ThreadPool::spin_microseconds() {
-  constexpr int kDefault = 200;
-  const char* env = std::getenv("NANOGPT_POOL_SPIN_US");
-  if (env == nullptr) return kDefault;
-  char* end = nullptr;
-  const long us = std::strtol(env, &end, 10);
-  if (end == env || *end != '\0' || us < 0 || us > 1'000'000) {
-    throw InputError(std::string("NANOGPT_POOL_SPIN_US='") + env +
-                     "' is not a spin time; set it to whole microseconds from 0 (sleep at once) "
-                     "to 1000000");
-  }
-  return static_cast<int>(us);
+  return env_whole_number("NANOGPT_POOL_SPIN_US", 0, 1'000'000, 200, "a spin time",
+                          "whole microseconds from 0 (sleep at once) to 1000000");
 }
 
 void ThreadPool::run_tasks(int worker) {
@@ -127,14 +132,9 @@ void ThreadPool::parallel_for(size_t tasks,
 }
 
 int ThreadPool::default_threads() {
-  if (const char* env = std::getenv("NANOGPT_THREADS")) {
-    char* end = nullptr;
-    long n = std::strtol(env, &end, 10);
-    if (end == env || *end != '\0' || n < 1 || n > 4096) {
-      throw InputError(std::string("NANOGPT_THREADS='") + env +
-                       "' is not a thread count; set it to a whole number from 1 to 4096");
-    }
-    return static_cast<int>(n);
+  if (std::getenv("NANOGPT_THREADS") != nullptr) {
+    return env_whole_number("NANOGPT_THREADS", 1, 4096, 1, "a thread count",
+                            "a whole number from 1 to 4096");
   }
   // Ranks of one job that share this host share its cores.
   const unsigned hw = std::thread::hardware_concurrency();
