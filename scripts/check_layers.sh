@@ -3,7 +3,8 @@
 # own layer or lower ones, in the order runtime < kernels < config < model < optim < train < cli,
 # and data/ needs only runtime/ (cli, the top, may include data/ too; train reads batches).
 # eval/ (leaderboards, evaluations) sits between train and cli: it may include runtime, config,
-# model and data headers, and only cli includes it.
+# model and data headers, and only cli includes it. posttrain/ (supervised fine-tuning, DPO, RL)
+# sits above eval and train: it may include every layer but cli, and only cli includes it.
 # Prints every offending #include line and exits 1 if there is one.
 set -euo pipefail
 cd "$(dirname "$0")/../src"
@@ -20,6 +21,8 @@ allowed() {
   local from=$1 to=$2
   [ "$from" = "$to" ] && return 0
   [ "$to" = runtime ] && return 0
+  if [ "$from" = posttrain ]; then [ "$to" != cli ]; return; fi
+  if [ "$to" = posttrain ]; then [ "$from" = cli ]; return; fi
   if [ "$from" = data ]; then return 1; fi
   if [ "$from" = eval ]; then
     case "$to" in config | model | data) return 0 ;; *) return 1 ;; esac
