@@ -65,9 +65,16 @@ Problem make_problem(int64_t T, int64_t d, int64_t V, float w_range, uint32_t se
 // ---- an independent reference, in double ------------------------------------------------
 
 struct Reference {
-  std::vector<double> loss;  // per token
-  double total = 0;
-  std::vector<double> dx, dW;  // of loss_scale·Σ loss
+  std::vector<double> loss;     // per token, unweighted
+  double total = 0;             // Σ w_t·loss_t
+  std::vector<double> dx, dW;   // of loss_scale·Σ w_t·loss_t
+  std::vector<double> entropy;  // per token, of softmax(y/τ)
+};
+
+// Post-training's weighted, tempered loss (FusedLossParams::row_weights, temperature).
+struct Weighting {
+  std::vector<double> weights;  // empty: all 1
+  double temperature = 1.0;
 };
 
 // The head written out the obvious way: full logits, max-shifted log-softmax, and the
@@ -76,31 +83,35 @@ struct Reference {
 Reference reference_head(int64_t T, int64_t d, int64_t V, const std::vector<double>& x,
                          const std::vector<double>& W, const std::vector<int32_t>& targets,
                          double softcap, double divisor, double loss_scale, float grad_scale,
-                         bool grads = true) {
+                         bool grads = true, const Weighting& weighting = {}) {
   Reference r;
   r.loss.resize(static_cast<size_t>(T));
+  r.entropy.resize(static_cast<size_t>(T));
+  const double tau = weighting.temperature;
   std::vector<double> z(static_cast<size_t>(T * V)), G(static_cast<size_t>(T * V));
   reference_gemm(Trans::kNo, Trans::kYes, T, V, d, 1.0, x.data(), d, W.data(), d, 0.0, z.data(), V);
   std::vector<double> y(static_cast<size_t>(V));
   for (int64_t t = 0; t < T; ++t) {
     const double* zt = z.data() + t * V;
     for (int64_t j = 0; j < V; ++j) {
-      y[j] = softcap > 0 ? softcap / (1.0 + std::exp(-zt[j] / divisor)) : zt[j];
+      y[j] = (softcap > 0 ? softcap / (1.0 + std::exp(-zt[j] / divisor)) : zt[j]) / tau;
     }
     const double m = *std::max_element(y.begin(), y.end());
     double sum = 0;
     for (double v : y) sum += std::exp(v - m);
     const double lse = m + std::log(sum);
     const int32_t target = targets[t];
+    const double w = weighting.weights.empty() ? 1.0 : weighting.weights[static_cast<size_t>(t)];
     r.loss[t] = lse - y[target];
-    r.total += r.loss[t];
+    r.total += w * r.loss[t];
+    for (int64_t j = 0; j < V; ++j) r.entropy[t] -= std::exp(y[j] - lse) * (y[j] - lse);
     for (int64_t j = 0; j < V; ++j) {
-      double dydz = 1.0;
+      double dydz = 1.0 / tau;
       if (softcap > 0) {
         const double sigma = 1.0 / (1.0 + std::exp(-zt[j] / divisor));
-        dydz = softcap / divisor * sigma * (1.0 - sigma);
+        dydz = softcap / divisor * sigma * (1.0 - sigma) / tau;
       }
-      double g = (std::exp(y[j] - lse) - (j == target ? 1.0 : 0.0)) * dydz;
+      double g = (std::exp(y[j] - lse) - (j == target ? 1.0 : 0.0)) * dydz * w;
       if (grad_scale > 0) {
         g = static_cast<double>(round_to_e5m2(static_cast<float>(g) * (1.0f / grad_scale)) *
                                 grad_scale);
@@ -142,8 +153,11 @@ Reference reference_for(const Problem& pr, const FusedLossParams& p) {
       W[i] = round_to_e4m3(pr.W[i] * (1.0f / p.w_scale)) * p.w_scale;
     }
   }
+  Weighting weighting;
+  if (p.row_weights != nullptr) weighting.weights.assign(p.row_weights, p.row_weights + pr.T);
+  weighting.temperature = p.temperature;
   return reference_head(pr.T, pr.d, pr.V, x, W, pr.targets, p.softcap, divisor, p.loss_scale,
-                        p.fp8 ? p.grad_scale : 0.0f);
+                        p.fp8 ? p.grad_scale : 0.0f, true, weighting);
 }
 
 // ‖(got - base) - want‖ / ‖want‖, in double.
@@ -299,6 +313,102 @@ TEST(FusedLinearCrossEntropy, MatchesReferenceOnAwkwardShapes) {
     }
   }
   seen.print("fp32 vs double reference");
+}
+
+// Post-training's loss: per-row weights (negative, zero and positive, as policy gradients and
+// loss masks give) and a sampling temperature, with and without the cap, several row blocks;
+// the same bounds as the plain loss. The per-token losses stay unweighted.
+TEST(FusedLinearCrossEntropy, WeightedTemperedLossMatchesReference) {
+  Observed seen;
+  uint32_t seed = 900;
+  for (float temperature : {0.6f, 1.0f, 1.7f}) {
+    for (float softcap : {30.0f, 0.0f}) {
+      for (int64_t T : {5, 131}) {
+        ++seed;
+        const Problem pr = make_problem(T, 24, 1000, seed % 2 == 0 ? 20.0f : 1.0f, seed);
+        std::mt19937 rng(seed);
+        std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+        std::vector<float> weights(static_cast<size_t>(T));
+        for (auto& w : weights) w = u(rng);
+        weights[1] = 0.0f;  // a masked token
+        FusedLossParams p = pr.params();
+        p.softcap = softcap;
+        p.row_weights = weights.data();
+        p.temperature = temperature;
+        p.loss_scale = 0.37f;
+        const Reference ref = reference_for(pr, p);
+        for (int64_t row_block : kRowBlockChoices) {
+          p.row_block = row_block;
+          check_against_reference(pr, p, ref, 5e-6, 5e-6, seen,
+                                  describe(p) + " temperature=" + std::to_string(temperature) +
+                                      " softcap=" + std::to_string(softcap));
+        }
+        // Each row's entropy of softmax(y/τ): a sum of V terms of size up to ~log V.
+        std::vector<float> entropy(static_cast<size_t>(T), kNan);
+        p.entropy = entropy.data();
+        p.row_block = 64;
+        fused_linear_cross_entropy_forward(p, nullptr);
+        for (int64_t t = 0; t < T; ++t) {
+          EXPECT_NEAR(entropy[static_cast<size_t>(t)], ref.entropy[static_cast<size_t>(t)],
+                      1e-5 * (1.0 + ref.entropy[static_cast<size_t>(t)]))
+              << "t=" << t << " temperature=" << temperature << " softcap=" << softcap;
+        }
+      }
+    }
+  }
+  seen.print("weighted, tempered vs double reference");
+}
+
+// Weights of 1 and temperature 1 are the plain loss bit for bit (training's loss is unchanged
+// by the post-training options), and a weight of 0 leaves its row's gradient contribution out.
+TEST(FusedLinearCrossEntropy, UnitWeightsAreThePlainLossBitwise) {
+  const int64_t T = 77;
+  const Problem pr = make_problem(T, 32, 700, 20.0f, 17);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    FusedLossParams plain = pr.params();
+    plain.precision = precision;
+    plain.row_block = 20;
+    std::vector<float> ones(static_cast<size_t>(T), 1.0f);
+    FusedLossParams weighted = plain;
+    weighted.row_weights = ones.data();
+    const Outputs a = run_fused(pr, plain, 0.1, 5);
+    const Outputs b = run_fused(pr, weighted, 0.1, 5);
+    EXPECT_EQ(a.forward_total, b.forward_total);
+    EXPECT_EQ(0, std::memcmp(a.dx.data(), b.dx.data(), a.dx.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(a.dW.data(), b.dW.data(), a.dW.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(a.per_token.data(), b.per_token.data(), T * sizeof(float)));
+    // Zero the weight of row 3: dx's row 3 is zero, the others unchanged.
+    ones[3] = 0.0f;
+    const Outputs c = run_fused(pr, weighted, 0.1, 5);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t e = 0; e < pr.d; ++e) {
+        const size_t i = static_cast<size_t>(t * pr.d + e);
+        if (t == 3) {
+          EXPECT_EQ(c.dx[i], 0.0f);
+        } else {
+          EXPECT_EQ(c.dx[i], a.dx[i]) << t << "," << e;
+        }
+      }
+    }
+    EXPECT_NEAR(c.forward_total, a.forward_total - a.per_token[3], 1e-3);
+  }
+}
+
+TEST(FusedLinearCrossEntropy, RejectsBadTemperatureAndWeights) {
+  const Problem pr = make_problem(4, 8, 16, 1.0f, 3);
+  FusedLossParams p = pr.params();
+  p.temperature = 0.0f;
+  EXPECT_THROW(fused_linear_cross_entropy_forward(p, nullptr), Error);
+  p.temperature = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(fused_linear_cross_entropy_forward(p, nullptr), Error);
+  p.temperature = 1.0f;
+  std::vector<float> weights = {1.0f, kNan, 1.0f, 1.0f};
+  p.row_weights = weights.data();
+  EXPECT_THROW(fused_linear_cross_entropy_forward(p, nullptr), Error);
+  std::vector<float> logits(4 * 16);
+  p.row_weights = nullptr;
+  p.temperature = 0.5f;
+  EXPECT_THROW(capped_logits(p, logits.data()), Error);
 }
 
 TEST(FusedLinearCrossEntropy, Fp8MatchesExplicitRounding) {

@@ -31,16 +31,37 @@ Config fd_config_multi_query() {
   return c;
 }
 
-void check_gradients_against_central_differences(const Config& c) {
+// Post-training's loss (TokenLossT): per-token weights of both signs with zeros (a loss mask,
+// policy-gradient advantages) and a sampling temperature other than 1.
+template <class Real>
+struct PostTrainingLoss {
+  std::vector<Real> weights;
+  TokenLossT<Real> loss;
+  PostTrainingLoss(int64_t T, bool on) {
+    if (!on) return;
+    Rng rng(31);
+    weights.resize(static_cast<size_t>(T));
+    for (size_t t = 0; t < weights.size(); ++t) {
+      weights[t] = t % 5 == 0 ? Real(0) : static_cast<Real>(3.0 * rng.uniform() - 1.5);
+    }
+    loss.weights = weights;
+    loss.temperature = 0.8f;
+  }
+};
+
+void check_gradients_against_central_differences(const Config& c, bool weighted = false) {
   const int64_t T = 160, W = 2;  // long layers see 2 blocks, short layers 1
   auto tokens = fd_tokens(T, 7);
   std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());
   GptT<double> model(c);
   randomize(model, 11);
   model.zero_grads();
-  model.forward_backward(in, tg, W, 1.0f / static_cast<float>(T));
+  const PostTrainingLoss<double> post(static_cast<int64_t>(in.size()), weighted);
+  model.forward_backward(in, tg, W, 1.0f / static_cast<float>(T), 0, nullptr, post.loss);
   const AlignedVector<double> grads = model.grads();
-  auto loss = [&] { return model.forward_loss(in, tg, W) / static_cast<double>(T); };
+  auto loss = [&] {
+    return model.forward_loss(in, tg, W, nullptr, 0, post.loss) / static_cast<double>(T);
+  };
 
   Rng pick(5);
   int checked = 0;
@@ -77,6 +98,10 @@ TEST(GptFiniteDifference, Float64GradientsMatchCentralDifferences) {
   check_gradients_against_central_differences(fd_config());
 }
 
+TEST(GptFiniteDifference, WeightedTemperedLossFloat64GradientsMatchCentralDifferences) {
+  check_gradients_against_central_differences(fd_config(), true);
+}
+
 TEST(GptFiniteDifference, MultiQueryFloat64GradientsMatchCentralDifferences) {
   check_gradients_against_central_differences(fd_config_multi_query());
 }
@@ -98,7 +123,7 @@ TEST(GptFiniteDifference, SwitchedOffComponentsFloat64GradientsMatchCentralDiffe
 
 // The fp32 kernels (tiled attention, fused loss, blocked GEMM) against the float64 reference
 // kernels through the whole model, on identical weights: 1e-4 relative per gradient tensor.
-void check_fast_path_against_float64(Config c) {
+void check_fast_path_against_float64(Config c, bool weighted = false) {
   c.precision = PrecisionSetting::kFp32;
   const int64_t T = 160, W = 2;
   auto tokens = fd_tokens(T, 8);
@@ -109,9 +134,12 @@ void check_fast_path_against_float64(Config c) {
   randomize(fast, 21);
   ref.zero_grads();
   fast.zero_grads();
-  const double l64 = ref.forward_backward(in, tg, W, 1.0f / static_cast<float>(T));
-  const double l32 = fast.forward_backward(in, tg, W, 1.0f / static_cast<float>(T));
-  EXPECT_NEAR(l32, l64, 1e-5 * std::abs(l64));
+  const PostTrainingLoss<double> post64(static_cast<int64_t>(in.size()), weighted);
+  const PostTrainingLoss<float> post32(static_cast<int64_t>(in.size()), weighted);
+  const float scale = 1.0f / static_cast<float>(T);
+  const double l64 = ref.forward_backward(in, tg, W, scale, 0, nullptr, post64.loss);
+  const double l32 = fast.forward_backward(in, tg, W, scale, 0, nullptr, post32.loss);
+  EXPECT_NEAR(l32, l64, 1e-5 * (std::abs(l64) + static_cast<double>(T)));
   for (const ParamTensor& t : ref.params().tensors()) {
     EXPECT_LT(gradient_relative_error(t, fast.grads().data(), ref.grads().data()), 1e-4) << t.name;
   }
@@ -119,6 +147,10 @@ void check_fast_path_against_float64(Config c) {
 
 TEST(GptFiniteDifference, FastFloat32PathMatchesFloat64Path) {
   check_fast_path_against_float64(fd_config());
+}
+
+TEST(GptFiniteDifference, WeightedTemperedLossFastFloat32PathMatchesFloat64Path) {
+  check_fast_path_against_float64(fd_config(), true);
 }
 
 TEST(GptFiniteDifference, SwitchedOffComponentsFastFloat32PathMatchesFloat64Path) {

@@ -44,10 +44,15 @@ constexpr int64_t kQuantizeTaskElements = int64_t{1} << 16;
 struct Config {
   int64_t T, d, V, rows, ld;  // rows: the row block; ld: the workspace's row stride
   bool capped;
+  // With the cap, softcap here is the cap divided by the temperature: (cap/τ)·σ(z/divisor) is
+  // y/τ, so every pass of the loss sees the tempered logits with no extra multiply.
   float softcap, inv_divisor;
+  float inv_temperature;  // 1/τ; without the cap the rows are scaled by it
   bool fp8;
   float x_scale, w_scale, grad_scale;
   float loss_scale;
+  const float* row_weights;  // [T] or null (all 1)
+  float* entropy;            // [T] or null
 };
 
 // The workspace's row stride in floats: V rounded up to whole 64-byte lines, and to an odd
@@ -86,6 +91,17 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
     throw Error(where + "the FP8 scales must be finite and > 0 (x_scale 0 = √d/448)");
   }
   if (!std::isfinite(p.loss_scale)) throw Error(where + "loss_scale must be finite");
+  if (!(p.temperature > 0.0f) || !std::isfinite(p.temperature)) {
+    throw Error(where + "temperature must be finite and > 0 (1 = the plain loss), not " +
+                std::to_string(p.temperature));
+  }
+  if (p.row_weights != nullptr) {
+    for (int64_t t = 0; t < p.T; ++t) {
+      if (!std::isfinite(p.row_weights[t])) {
+        throw Error(where + "row_weights[" + std::to_string(t) + "] is not finite");
+      }
+    }
+  }
   if (p.row_block < 0) throw Error(where + "row_block must be >= 0 (0 = default)");
   if (p.W_packed != nullptr &&
       (p.W_packed->K != p.d || p.W_packed->N != p.V ||
@@ -111,7 +127,9 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
   c.ld = workspace_ld(p.V);
   c.rows = std::max<int64_t>(1, fused_linear_cross_entropy_row_block(p));
   c.capped = p.softcap > 0.0f;
-  c.softcap = p.softcap;
+  // 1/τ as a float, then the cap times it: exactly the cap when τ = 1.
+  c.inv_temperature = 1.0f / p.temperature;
+  c.softcap = p.softcap * c.inv_temperature;
   const float divisor = p.softcap_divisor > 0.0f
                             ? p.softcap_divisor
                             : static_cast<float>(7.5 * std::sqrt(static_cast<double>(p.d)));
@@ -123,6 +141,8 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
   c.w_scale = p.w_scale;
   c.grad_scale = p.grad_scale;
   c.loss_scale = p.loss_scale;
+  c.row_weights = p.row_weights;
+  c.entropy = p.entropy;
   return c;
 }
 
@@ -229,6 +249,8 @@ struct GradRowArgs {
   float m, inv_s;  // the row's max and 1 / Σ exp(y - m): p = exp(y - m)·inv_s
   bool fp8;
   float grad_scale, inv_grad_scale;
+  float uncapped_slope;  // dy/dz without the cap: 1/τ
+  float weight;          // the row's weight w_t
 };
 
 // g_j = dloss/dz_j = (p_j - [j == target])·dy_j/dz_j for the row's own loss, rounded to E5M2
@@ -243,14 +265,15 @@ __attribute__((always_inline)) inline void grad_row_loop(const float* v, float* 
   const float slope = a.softcap * a.inv_divisor;
   for (int64_t j = 0; j < n; ++j) {
     const float y = logit_of<kCapped>(v[j], a.softcap);
-    float dydz = 1.0f;
+    float dydz = a.uncapped_slope;
     if constexpr (kCapped) {
       const float e = v[j];
       const float sigma = 1.0f / (1.0f + e);
       dydz = slope * (e * sigma) * sigma;
     }
     const float p = exp_approx(y - a.m) * a.inv_s;
-    float gj = (p - (j == target ? 1.0f : 0.0f)) * dydz;
+    // (A weight of 1 multiplies exactly: the plain loss's bits.)
+    float gj = (p - (j == target ? 1.0f : 0.0f)) * dydz * a.weight;
     if constexpr (kFp8) gj = round_to_e5m2(gj * a.inv_grad_scale) * a.grad_scale;
     g[j] = gj;
   }
@@ -326,9 +349,12 @@ struct RowLoss {
 // The loss of one row of logits z[0, V), turning the row into what grad_row reads (in place:
 // e = exp(-z/divisor) with the soft-cap, z left as is without). Both the fused calls and the
 // unfused one go through here, so all return the same losses.
-RowLoss row_loss(float* v, int64_t target, const Config& c) {
+RowLoss row_loss(float* v, int64_t t, int64_t target, const Config& c) {
   const int64_t n = c.V;
   float m;
+  if (!c.capped && c.inv_temperature != 1.0f) {
+    for (int64_t j = 0; j < n; ++j) v[j] *= c.inv_temperature;
+  }
   if (c.capped) {
     exp_neg_scaled_row(v, n, c.inv_divisor);
     // y = softcap/(1+e) falls as e rises, and rounding keeps that order: the largest y is the
@@ -345,8 +371,27 @@ RowLoss row_loss(float* v, int64_t target, const Config& c) {
       c.capped ? logit_of<true>(v[target], c.softcap) : logit_of<false>(v[target], c.softcap);
   RowLoss r;
   r.loss = static_cast<double>(m) + std::log(s) - static_cast<double>(y_target);
-  r.grad = GradRowArgs{c.capped, c.softcap,    c.inv_divisor,      m, static_cast<float>(1.0 / s),
-                       c.fp8,    c.grad_scale, 1.0f / c.grad_scale};
+  r.grad = GradRowArgs{c.capped,
+                       c.softcap,
+                       c.inv_divisor,
+                       m,
+                       static_cast<float>(1.0 / s),
+                       c.fp8,
+                       c.grad_scale,
+                       1.0f / c.grad_scale,
+                       c.inv_temperature,
+                       c.row_weights != nullptr ? c.row_weights[t] : 1.0f};
+  if (c.entropy != nullptr) {
+    // H = logsumexp(y) - Σ_j p_j·y_j = log s + Σ_j p_j·(m - y_j), with p_j = exp(y_j - m)/s:
+    // the second form adds non-negative terms, where the first subtracts two numbers of the
+    // logits' size (up to cap/τ) to get one of log V's.
+    double weighted = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const float y = c.capped ? logit_of<true>(v[j], c.softcap) : logit_of<false>(v[j], c.softcap);
+      weighted += static_cast<double>(exp_approx(y - m)) * static_cast<double>(m - y);
+    }
+    c.entropy[t] = static_cast<float>(std::log(s) + weighted / s);
+  }
   return r;
 }
 
@@ -405,7 +450,7 @@ class FusedHead {
       parallel_rows(rows, [&](int64_t i) {
         float* row = z + i * c_.ld;
         const int64_t target = p_.targets[r0 + i];
-        const RowLoss r = row_loss(row, target, c_);
+        const RowLoss r = row_loss(row, r0 + i, target, c_);
         loss_[static_cast<size_t>(i)] = r.loss;
         if (!grads) return;
         if (grad16_ != nullptr) {
@@ -417,7 +462,8 @@ class FusedHead {
       for (int64_t i = 0; i < rows; ++i) {
         const double loss = loss_[static_cast<size_t>(i)];
         if (per_token != nullptr) per_token[r0 + i] = static_cast<float>(loss);
-        total += loss;
+        total +=
+            c_.row_weights != nullptr ? static_cast<double>(c_.row_weights[r0 + i]) * loss : loss;
       }
       // loss_scale multiplies the fp32 products, after the gradient was rounded unscaled.
       if (dx != nullptr) {
@@ -512,8 +558,9 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
   parallel_rows(c.T, [&](int64_t t) {
     float* z = logits.get() + t * c.V;
     const int32_t target = p.targets[t];
-    const RowLoss r = row_loss(z, target, c);
-    loss[static_cast<size_t>(t)] = r.loss;
+    const RowLoss r = row_loss(z, t, target, c);
+    loss[static_cast<size_t>(t)] =
+        c.row_weights != nullptr ? static_cast<double>(c.row_weights[t]) * r.loss : r.loss;
     if (grads) grad_row(z, grad.get() + t * c.V, c.V, target, r.grad);
   });
   if (dx != nullptr) {
@@ -530,6 +577,11 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
 }
 
 void capped_logits(const FusedLossParams& p, float* out) {
+  if (p.temperature != 1.0f || p.row_weights != nullptr || p.entropy != nullptr) {
+    throw Error(
+        "capped_logits gives the untempered logits: leave temperature, row_weights and "
+        "entropy at their defaults (samplers apply their own temperature)");
+  }
   const Config c = resolve(p, false);
   if (c.T == 0) return;
   const Fp8Operands ops(p, c);

@@ -66,6 +66,16 @@ struct FusedLossParams {
   // Rows whose logits are held at once; 0 picks them from kMaxLogitsWorkspaceBytes. Tests set
   // small values to get several blocks and a ragged last one.
   int64_t row_block = 0;
+  // Post-training (src/posttrain/): the loss of row t is w_t·loss_t with loss_t = -log
+  // softmax(y/τ)[target_t], τ the temperature the tokens were sampled at. row_weights (nullable:
+  // all 1) may be negative (policy gradients) or 0 (masked tokens: no gradient); the calls
+  // return Σ_t w_t·loss_t, the gradients are of loss_scale·Σ_t w_t·loss_t, and per_token still
+  // receives the unweighted loss_t (so -per_token is the token's log-probability). With the
+  // defaults the results are bit for bit those of the plain loss. capped_logits takes neither.
+  const float* row_weights = nullptr;  // [T]
+  float temperature = 1.0f;            // > 0
+  // Optional output [T]: each row's entropy of softmax(y/τ), in nats (an extra pass per row).
+  float* entropy = nullptr;
 };
 
 // How the rows per block are chosen when row_block is left at 0. Rows per block are what the

@@ -561,6 +561,21 @@ LossArgs<Real> loss_params(const Config& c, Precision precision, const Real* x, 
   return p;
 }
 
+template <class Real>
+void apply_token_loss(const TokenLossT<Real>& token_loss, int64_t T, LossArgs<Real>& p) {
+  if (!token_loss.weights.empty() && static_cast<int64_t>(token_loss.weights.size()) != T) {
+    throw InputError("token loss weights (" + std::to_string(token_loss.weights.size()) +
+                     ") and targets (" + std::to_string(T) + ") differ in length");
+  }
+  if (!(token_loss.temperature > 0.0f) || !std::isfinite(token_loss.temperature)) {
+    throw InputError("the loss's temperature must be finite and > 0, not " +
+                     std::to_string(token_loss.temperature));
+  }
+  p.row_weights = token_loss.weights.empty() ? nullptr : token_loss.weights.data();
+  p.temperature = token_loss.temperature;
+  p.entropy = token_loss.entropy;
+}
+
 void check_targets(std::span<const int32_t> targets, int64_t T, int64_t V) {
   if (static_cast<int64_t>(targets.size()) != T) {
     throw InputError("targets (" + std::to_string(targets.size()) + ") and inputs (" +
@@ -579,19 +594,22 @@ void check_targets(std::span<const int32_t> targets, int64_t T, int64_t V) {
 
 template <class Real>
 double GptT<Real>::forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
-                                int64_t window_blocks, Real* per_token, int64_t seq_len) {
+                                int64_t window_blocks, Real* per_token, int64_t seq_len,
+                                const TokenLossT<Real>& token_loss) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
   const Workspace::Use scratch(*workspace_);
   forward(inputs, window_blocks, seq_len);
   LossArgs<Real> p =
       loss_params(config_, precision_, final_norm_.data(), w_.lm_head, targets.data(), T_);
+  apply_token_loss(token_loss, T_, p);
   return model_loss_forward(p, per_token);
 }
 
 template <class Real>
 double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                                     std::span<const int32_t> targets, int64_t window_blocks,
-                                    float loss_scale, int64_t seq_len, BackwardListener* listener) {
+                                    float loss_scale, int64_t seq_len, BackwardListener* listener,
+                                    const TokenLossT<Real>& token_loss) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
   const Workspace::Use scratch(*workspace_);
   forward(inputs, window_blocks, seq_len);
@@ -607,6 +625,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
   LossArgs<Real> p =
       loss_params(config_, precision_, final_norm_.data(), w_.lm_head, targets.data(), T);
   p.loss_scale = loss_scale;
+  apply_token_loss(token_loss, T, p);
   const double loss_sum = model_loss_backward(p, dnorm_.data(), g_.lm_head);
   stage_done(0);
   Real* dx = dx_.data();

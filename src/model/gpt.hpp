@@ -57,6 +57,18 @@ using CachedSegment = CachedSegmentT<float>;
 
 // Real is float for training; double instantiates the same math with float64 reference
 // kernels for finite-difference checks.
+// Post-training's view of the head's loss (src/posttrain/): row t's loss becomes
+// w_t·(-log softmax(y/τ)[target_t]), τ the temperature the tokens were sampled at. Weights may
+// be negative (policy gradients) or 0 (tokens outside the loss mask); the calls return
+// Σ_t w_t·loss_t and per_token outputs stay unweighted. The default is the plain loss, bit for
+// bit.
+template <class Real>
+struct TokenLossT {
+  std::span<const Real> weights;  // empty: every weight 1; else one per target
+  float temperature = 1.0f;
+  Real* entropy = nullptr;  // optional [T]: each row's entropy of softmax(y/τ), nats
+};
+
 template <class Real>
 class GptT {
  public:
@@ -96,16 +108,19 @@ class GptT {
   // language loss alone. The balancing loss is taken over the call's T tokens (a GShard group),
   // so unlike the language loss its gradient depends on how sequences are batched.
   // `listener` (nullable) hears, stage by stage, which gradients are final.
+  // `token_loss` weights the rows' losses (TokenLossT above).
   double forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets,
                           int64_t window_blocks, float loss_scale, int64_t seq_len = 0,
-                          BackwardListener* listener = nullptr);
+                          BackwardListener* listener = nullptr,
+                          const TokenLossT<Real>& token_loss = {});
   // The backward's stages (backward_listener.hpp): num_layers + 2, and the stage after which
   // each parameter's gradient is final, indexed as params().tensors().
   int backward_stages() const { return static_cast<int>(config_.num_layers) + 2; }
   const std::vector<int>& gradient_ready_stages() const { return ready_stage_; }
   // Forward only. per_token (nullable) receives each position's loss. Returns Σ_t loss_t.
   double forward_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets,
-                      int64_t window_blocks, Real* per_token = nullptr, int64_t seq_len = 0);
+                      int64_t window_blocks, Real* per_token = nullptr, int64_t seq_len = 0,
+                      const TokenLossT<Real>& token_loss = {});
 
   // Decoding: runs T new tokens after the cache's (positions and documents continue from
   // it; RoPE at absolute positions) through the same blocks as training, stores their keys and

@@ -45,6 +45,9 @@ FusedLossParams loss_params(const LossArgs<float>& a) {
   p.fp8 = a.fp8;
   p.loss_scale = a.loss_scale;
   p.precision = a.precision;
+  p.row_weights = a.row_weights;
+  p.temperature = a.temperature;
+  p.entropy = a.entropy;
   return p;
 }
 

@@ -36,6 +36,11 @@ struct LossArgs {
   bool fp8 = false;
   float loss_scale = 1.0f;
   Precision precision = Precision::kFp32;  // ignored by the float64 references
+  // Post-training (FusedLossParams has the same): row t's loss is w_t·(-log softmax(y/τ)[target]);
+  // per_token outputs stay unweighted; entropy (nullable) receives each row's entropy.
+  const Real* row_weights = nullptr;
+  float temperature = 1.0f;
+  Real* entropy = nullptr;
 };
 
 // The MLP's activation fused into its products (kernels/gemm.hpp, GemmEpilogue): with

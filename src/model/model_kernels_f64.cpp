@@ -207,19 +207,47 @@ void model_attention_backward(const AttentionArgs<double>& a, const double*, con
   }
 }
 
+namespace {
+
+// The tempered logits y/τ of row t (and d(y/τ)/dz in dcap, if given).
+void tempered_row(const LossArgs<double>& a, int64_t t, std::vector<double>& y,
+                  std::vector<double>* dcap) {
+  const double inv_t = 1.0 / static_cast<double>(a.temperature);
+  for (int64_t v = 0; v < a.V; ++v) {
+    double d = 0;
+    y[static_cast<size_t>(v)] = capped(a, t, v, &d) * inv_t;
+    if (dcap != nullptr) (*dcap)[static_cast<size_t>(v)] = d * inv_t;
+  }
+}
+
+double row_weight(const LossArgs<double>& a, int64_t t) {
+  return a.row_weights != nullptr ? a.row_weights[t] : 1.0;
+}
+
+}  // namespace
+
 double model_loss_forward(const LossArgs<double>& a, double* per_token) {
   if (a.fp8) throw Error("the float64 reference head has no FP8 mode");
   double total = 0;
   std::vector<double> y(static_cast<size_t>(a.V));
   for (int64_t t = 0; t < a.T; ++t) {
+    tempered_row(a, t, y, nullptr);
     double mx = -INFINITY;
-    for (int64_t v = 0; v < a.V; ++v)
-      mx = std::max(mx, y[static_cast<size_t>(v)] = capped(a, t, v, nullptr));
+    for (int64_t v = 0; v < a.V; ++v) mx = std::max(mx, y[static_cast<size_t>(v)]);
     double sum = 0;
     for (int64_t v = 0; v < a.V; ++v) sum += std::exp(y[static_cast<size_t>(v)] - mx);
-    const double loss = mx + std::log(sum) - y[static_cast<size_t>(a.targets[t])];
+    const double lse = mx + std::log(sum);
+    const double loss = lse - y[static_cast<size_t>(a.targets[t])];
     if (per_token != nullptr) per_token[t] = loss;
-    total += loss;
+    if (a.entropy != nullptr) {
+      double h = 0;
+      for (int64_t v = 0; v < a.V; ++v) {
+        const double logp = y[static_cast<size_t>(v)] - lse;
+        h -= std::exp(logp) * logp;
+      }
+      a.entropy[t] = h;
+    }
+    total += row_weight(a, t) * loss;
   }
   return total;
 }
@@ -228,18 +256,16 @@ double model_loss_backward(const LossArgs<double>& a, double* dx, double* dW) {
   const double total = model_loss_forward(a, nullptr);
   std::vector<double> y(static_cast<size_t>(a.V)), dcap(static_cast<size_t>(a.V));
   for (int64_t t = 0; t < a.T; ++t) {
+    tempered_row(a, t, y, &dcap);
     double mx = -INFINITY;
-    for (int64_t v = 0; v < a.V; ++v) {
-      y[static_cast<size_t>(v)] = capped(a, t, v, &dcap[static_cast<size_t>(v)]);
-      mx = std::max(mx, y[static_cast<size_t>(v)]);
-    }
+    for (int64_t v = 0; v < a.V; ++v) mx = std::max(mx, y[static_cast<size_t>(v)]);
     double sum = 0;
     for (int64_t v = 0; v < a.V; ++v) sum += std::exp(y[static_cast<size_t>(v)] - mx);
     for (int64_t e = 0; e < a.d; ++e) dx[t * a.d + e] = 0;
     for (int64_t v = 0; v < a.V; ++v) {
       const double prob = std::exp(y[static_cast<size_t>(v)] - mx) / sum;
-      const double g =
-          (prob - (v == a.targets[t] ? 1.0 : 0.0)) * dcap[static_cast<size_t>(v)] * a.loss_scale;
+      const double g = (prob - (v == a.targets[t] ? 1.0 : 0.0)) * dcap[static_cast<size_t>(v)] *
+                       a.loss_scale * row_weight(a, t);
       for (int64_t e = 0; e < a.d; ++e) {
         dx[t * a.d + e] += g * a.W[v * a.d + e];
         dW[v * a.d + e] += g * a.x[t * a.d + e];
