@@ -5,7 +5,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -26,64 +25,13 @@
 #include "train/replica_comms.hpp"
 #include "train/run_directory.hpp"
 #include "train/shard_meta.hpp"
+#include "train/stop_signals.hpp"
 #include "train/train_state.hpp"
 #include "train/train_step.hpp"
 
 namespace nanogpt {
 
 namespace {
-
-std::atomic<bool> g_stop{false};
-std::atomic<bool> g_job_control_stop{false};
-
-void on_signal(int) {
-  g_stop.store(true);
-}
-
-// Under mpirun, Ctrl-C reaches mpirun alone (each rank has its own process group). mpirun then
-// sends every rank SIGCONT at once, SIGTERM after odls_base_sigkill_timeout seconds (default
-// 1) and SIGKILL as long again. So a SIGCONT is the first word of a Ctrl-C, unless the job was
-// suspended (Ctrl-Z: mpirun forwards SIGTSTP, then SIGCONT on resume).
-void on_continue(int) {
-  if (!g_job_control_stop.exchange(false)) g_stop.store(true);
-}
-
-void on_suspend(int) {
-  g_job_control_stop.store(true);
-  ::raise(SIGSTOP);  // what SIGTSTP would have done
-}
-
-class SignalScope {
- public:
-  explicit SignalScope(bool under_mpi) : under_mpi_(under_mpi) {
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGUSR1, &sa, &old_usr1_);  // mpirun forwards it to every rank
-    if (under_mpi_) {
-      sa.sa_handler = on_continue;
-      sigaction(SIGCONT, &sa, &old_cont_);
-      sa.sa_handler = on_suspend;
-      sigaction(SIGTSTP, &sa, &old_tstp_);
-    }
-  }
-  ~SignalScope() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGUSR1, &old_usr1_, nullptr);
-    if (under_mpi_) {
-      sigaction(SIGCONT, &old_cont_, nullptr);
-      sigaction(SIGTSTP, &old_tstp_, nullptr);
-    }
-  }
-
- private:
-  bool under_mpi_;
-  struct sigaction old_int_ {
-  }, old_term_{}, old_usr1_{}, old_cont_{}, old_tstp_{};
-};
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -98,13 +46,6 @@ std::string format_duration(double seconds) {
 }
 
 }  // namespace
-
-void request_stop() {
-  g_stop.store(true);
-}
-bool stop_requested() {
-  return g_stop.load();
-}
 
 TrainResult train(const TrainOptions& options) {
   const Config& c = options.config;
@@ -130,8 +71,7 @@ TrainResult train(const TrainOptions& options) {
     // when nothing is in flight), where the backward's polls would only reach the replica's.
     comms.across()->set_progress_mode(CommProgress::kThread);
   }
-  g_stop.store(false);
-  const SignalScope signals(Comm::launched_by_mpi());
+  const StopSignalScope signals(Comm::launched_by_mpi());
   const RunDirectory run(options.run_dir);
 
   Gpt model(c);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "train/stop_signals.hpp"
 
 namespace nanogpt {
 
@@ -39,9 +40,5 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainOptions& options);
-
-// Set by SIGINT/SIGTERM; the loop finishes its step, checkpoints and returns.
-void request_stop();
-bool stop_requested();
 
 }  // namespace nanogpt
