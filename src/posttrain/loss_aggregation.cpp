@@ -74,12 +74,12 @@ std::vector<double> sequence_weights(const AggregationConfig& config, const Sequ
   const std::string where(loss);
   const LossNormalizers part = count_normalizers(layout);
   if (whole.sequences < part.sequences || whole.tokens < part.tokens) {
-    throw InputError(where + ": the batch's normalizers (" + std::to_string(whole.sequences) +
-                     " sequences, " + std::to_string(whole.tokens) +
-                     " counted tokens) are smaller than this part's (" +
-                     std::to_string(part.sequences) + " sequences, " + std::to_string(part.tokens) +
-                     "); pass the whole batch's counts (count_normalizers of the whole batch, or "
-                     "the sum of its parts')");
+    throw InputError(
+        where + ": the batch's normalizers (" + std::to_string(whole.sequences) + " sequences, " +
+        std::to_string(whole.tokens) + " counted tokens) are smaller than this part's (" +
+        std::to_string(part.sequences) + " sequences, " + std::to_string(part.tokens) +
+        " counted tokens); pass the whole batch's counts (count_normalizers of the whole batch, or "
+        "the sum of its parts')");
   }
   const int64_t num_sequences = layout.sequences();
   std::vector<double> weights(static_cast<size_t>(num_sequences), 0.0);

@@ -1,13 +1,14 @@
 #include "posttrain/loss_checks.hpp"
 
-#include <cstdio>
+#include <charconv>
 
 namespace nanogpt::posttrain_checks {
 
 std::string show(double value) {
+  // The shortest text that reads back as the same double: 0.1, not 0.10000000000000001.
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", value);
-  return buf;
+  const auto result = std::to_chars(buf, buf + sizeof buf, value);
+  return std::string(buf, result.ptr);
 }
 
 void require_finite(std::span<const double> values, std::string_view loss, std::string_view name) {

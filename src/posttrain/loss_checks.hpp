@@ -12,7 +12,7 @@
 
 namespace nanogpt::posttrain_checks {
 
-// A double printed in full, so a message shows the value exactly as given.
+// A double as the shortest text that reads back as it, so a message shows the value as given.
 std::string show(double value);
 
 // `value` of `key` must be finite and lie in the range `range` describes; `range` is the phrase
