@@ -20,6 +20,7 @@ namespace nanogpt {
 
 struct ValueLossConfig {
   double value_clip = 0.0;  // ε_v, >= 0; 0 = no clipping
+  // token_mean by default: PPO implementations (TRL's masked_mean) average over tokens.
   AggregationConfig aggregation{LossAggregation::kTokenMean, 0};
 };
 
