@@ -4,7 +4,7 @@
 // loader and docs/rubric.schema.json agreeing on fields, and the built-in rubric and the fixture
 // valid under the schema; the judge path with a test double (one batched call) and with a micro
 // model (P(Yes) = the softmax of the scorer's two log-likelihoods); rates before and after; the
-// responses file.
+// responses file; the CLI, with a checkpoint as judge.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 
+#include "config/config.hpp"
 #include "eval/fortune_rubric.hpp"
 #include "eval/model_scorer.hpp"
 #include "eval/rubric.hpp"
@@ -25,6 +26,7 @@
 #include "eval/rubric_responses.hpp"
 #include "eval/rubric_score.hpp"
 #include "eval/task_registry.hpp"
+#include "model/model_io.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "support/fixtures.hpp"
@@ -32,6 +34,7 @@
 #include "support/json_schema.hpp"
 #include "support/micro_tokenizer.hpp"
 #include "support/model.hpp"
+#include "train/attention_window.hpp"
 
 namespace nanogpt {
 namespace {
@@ -758,6 +761,95 @@ TEST(RubricResponsesTest, JsonLinesNameLineAndField) {
             std::string::npos);
   EXPECT_NE(error("{\"prompt\": ").find("line 1: not valid JSON"), std::string::npos);
   EXPECT_NE(error("").find("no responses"), std::string::npos);
+}
+
+TEST(RubricCli, MakeRubricThenRatesBeforeAndAfter) {
+  TempDir dir;
+  const std::string d = dir.path();
+  auto made = run_nanogpt("evals make-rubric --builtin fortune-answers --out " + d + "/r.json");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_EQ(read_file(d + "/r.json"), builtin_fortune_rubric_json());
+  write_file_atomic(d + "/before.jsonl",
+                    "{\"prompt\": \"cats\", \"response\": \"Question: what\"}\n"
+                    "{\"prompt\": \"love\", \"response\": \"money money money money\"}\n");
+  write_file_atomic(d + "/after.jsonl",
+                    "{\"prompt\": \"cats\", \"response\": \"A cat will bring you luck.\"}\n"
+                    "{\"prompt\": \"love\", \"response\": \"Love finds you on a Tuesday.\"}\n");
+  auto rated =
+      run_nanogpt("evals rubric " + d + "/r.json --responses " + d + "/after.jsonl --before " + d +
+                  "/before.jsonl --scores " + d + "/scores.jsonl");
+  ASSERT_EQ(rated.exit_code, 0) << rated.err;
+  for (const char* part :
+       {"mentions-topic", "prompt-leak", "rate before", "rate after", "reward after:  1.0000"}) {
+    EXPECT_NE(rated.out.find(part), std::string::npos) << part << "\n" << rated.out;
+  }
+  const std::string scores = read_file(d + "/scores.jsonl");
+  EXPECT_EQ(Json::parse(scores.substr(0, scores.find('\n')))["reward"], 1.0);
+  // Bad input names what is wrong.
+  write_file_atomic(d + "/bad.jsonl", "{\"prompt\": \"dogs\", \"response\": \"x\"}\n");
+  auto bad = run_nanogpt("evals rubric " + d + "/r.json --responses " + d + "/bad.jsonl");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("line 1: field 'prompt'"), std::string::npos) << bad.err;
+  auto judged = run_nanogpt("evals rubric " + source_path("tests/data/rubric_every_check.json") +
+                            " --responses " + d + "/after.jsonl");
+  EXPECT_NE(judged.exit_code, 0);
+  EXPECT_NE(judged.err.find("--judge"), std::string::npos) << judged.err;
+}
+
+// The judge path end to end: a micro checkpoint trained here judges the fixture's judge
+// criterion, and the scores file holds what a ModelJudge on the same checkpoint gives.
+TEST(RubricCli, JudgeCheckpointJudgesTheJudgeCriteria) {
+  TempDir dir;
+  const std::string d = dir.path();
+  std::string corpus;
+  for (int i = 0; i < 40; ++i) {
+    corpus +=
+        "Question: is fortune " + std::to_string(i) + " kind? Answer: Yes, it says hello.\n%\n";
+  }
+  write_file_atomic(d + "/f.txt", corpus);
+  ASSERT_EQ(run_nanogpt("tokenizer train --input " + d +
+                        "/f.txt --doc-separator % --vocab-size 300 --output " + d + "/tok.json")
+                .exit_code,
+            0);
+  auto tokenized =
+      run_nanogpt("tokenize --tokenizer " + d + "/tok.json --input " + d +
+                  "/f.txt --doc-separator % --val-docs 20 --output-dir " + d + "/shards");
+  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.err;
+  Config c = micro_config();
+  c.num_iterations = 2;
+  c.val_loss_every = 0;
+  c.precision = PrecisionSetting::kFp32;
+  write_file_atomic(d + "/micro.json", config_to_json(c).dump());
+  auto train =
+      run_nanogpt("train --config " + d + "/micro.json --train '" + d +
+                  "/shards/train_*.bin' --val '" + d + "/shards/val_*.bin' --out " + d + "/run");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  write_file_atomic(d + "/r.jsonl",
+                    "{\"prompt\": \"add\", \"response\": \" 42\"}\n"
+                    "{\"prompt\": \"greet\", \"response\": \"Hello, world!\"}\n");
+  const std::string rubric = source_path("tests/data/rubric_every_check.json");
+  auto judged = run_nanogpt("evals rubric " + rubric + " --responses " + d + "/r.jsonl --judge " +
+                            d + "/run --scores " + d + "/scores.jsonl");
+  ASSERT_EQ(judged.exit_code, 0) << judged.err;
+  EXPECT_NE(judged.out.find("helpful"), std::string::npos) << judged.out;
+  const std::string lines = read_file(d + "/scores.jsonl");
+  const Json first = Json::parse(lines.substr(0, lines.find('\n')));
+  const Json& helpful = first["criteria"][4];
+  ASSERT_EQ(helpful["name"], "helpful");
+  // The same question asked of a ModelJudge on the checkpoint, in this process.
+  const std::string ckpt = require_checkpoint(d + "/run");
+  Gpt model(read_checkpoint_config(ckpt));
+  load_model_weights(model, ckpt);
+  const BpeTokenizer tok = BpeTokenizer::load(d + "/tok.json");
+  ModelScorer scorer(model, attention_window_at(model.config(), model.config().num_iterations));
+  ModelJudge judge(scorer, tok);
+  const Rubric r = load_rubric(rubric);
+  const double p = judge.yes_probability(
+      judge_prompt(r.find_prompt("add")->prompt, " 42", r.criteria[4].description));
+  EXPECT_GT(p, 0.0);
+  EXPECT_LT(p, 1.0);
+  // fp32 and the same kernels: equal up to the thread count's summation order, if at all.
+  EXPECT_NEAR(helpful["score"].get<double>(), p, 1e-9);
 }
 
 }  // namespace
