@@ -28,21 +28,11 @@
 #include "eval/suite_runner.hpp"
 #include "model/decoder.hpp"
 #include "runtime/error.hpp"
+#include "support/micro_tokenizer.hpp"
 #include "support/model.hpp"
 
 namespace nanogpt {
 namespace {
-
-// 256 bytes, 43 merges and <|endoftext|>: 300 tokens, EOT 299, as micro_config's vocabulary.
-BpeTokenizer micro_tokenizer() {
-  std::vector<std::pair<uint32_t, uint32_t>> merges;
-  const std::string common = "etaoinshrdlucmfwypvbgk";
-  for (char ch : common) merges.emplace_back(static_cast<uint32_t>(' '), static_cast<uint32_t>(ch));
-  for (size_t i = 0; merges.size() < 43; ++i) {
-    merges.emplace_back(static_cast<uint32_t>(common[i]), static_cast<uint32_t>(' '));
-  }
-  return BpeTokenizer::from_merges(merges, {"<|endoftext|>"});
-}
 
 Config fp32_micro() {
   Config c = micro_config();

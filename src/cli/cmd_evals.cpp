@@ -3,7 +3,8 @@
 // families and their levels; `check` loads a suite file and reports what it holds (every error
 // names the file, case and field); `run` scores a checkpoint on a suite (eval/suite_runner.hpp)
 // and writes its report; `compare` diffs two reports (eval/report_compare.hpp); `add-failures`
-// keeps a report's failed cases as a regression suite.
+// keeps a report's failed cases as a regression suite; `rubric` scores responses with a rubric
+// (eval/rubric.hpp) and prints each criterion's rate, `make-rubric` writes the built-in one.
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -15,8 +16,15 @@
 #include "config/config.hpp"
 #include "data/bpe_tokenizer.hpp"
 #include "eval/eval_report.hpp"
+#include "eval/fortune_rubric.hpp"
 #include "eval/fortunes_suites.hpp"
+#include "eval/model_scorer.hpp"
 #include "eval/report_compare.hpp"
+#include "eval/rubric.hpp"
+#include "eval/rubric_judge.hpp"
+#include "eval/rubric_rates.hpp"
+#include "eval/rubric_responses.hpp"
+#include "eval/rubric_score.hpp"
 #include "eval/suite.hpp"
 #include "eval/suite_runner.hpp"
 #include "eval/task_registry.hpp"
@@ -399,13 +407,106 @@ void register_add_failures(CLI::App& evals) {
   });
 }
 
+void register_make_rubric(CLI::App& evals) {
+  auto* cmd = evals.add_subcommand("make-rubric", "Write a built-in rubric as a file to edit");
+  struct Args {
+    std::string builtin, out;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--builtin", a->builtin, "The built-in rubric")
+      ->required()
+      ->check(CLI::IsMember({std::string(kFortuneRubricName)}));
+  cmd->add_option("--out", a->out, "The rubric file to write")->required();
+  cmd->callback([a] {
+    const Rubric r = builtin_fortune_rubric();
+    write_file_atomic(a->out, builtin_fortune_rubric_json());
+    std::printf("wrote %s: rubric '%s', %zu criteria and %zu prompts\n", a->out.c_str(),
+                r.name.c_str(), r.criteria.size(), r.prompts.size());
+  });
+}
+
+// A checkpoint as a rubric's judge, with what it needs kept alive.
+struct CheckpointJudge {
+  std::unique_ptr<Gpt> model;
+  std::unique_ptr<BpeTokenizer> tokenizer;
+  std::unique_ptr<ModelScorer> scorer;
+  std::unique_ptr<ModelJudge> judge;
+};
+
+void register_rubric(CLI::App& evals) {
+  auto* cmd = evals.add_subcommand(
+      "rubric",
+      "Score responses with a rubric (docs/rubric.schema.json): each criterion's rate and the "
+      "mean reward, optionally against responses from before");
+  struct Args {
+    std::string rubric, responses, before, judge, tokenizer, scores;
+    int64_t window = 0;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("RUBRIC", a->rubric, "The rubric file")->required();
+  cmd->add_option("--responses", a->responses,
+                  "JSON Lines: {\"prompt\": NAME, \"response\": TEXT} per line")
+      ->required();
+  cmd->add_option("--before", a->before,
+                  "Responses from before (e.g. before reinforcement learning): rates side by side");
+  cmd->add_option("--judge", a->judge,
+                  "A checkpoint (or run directory) that judges the rubric's judge criteria");
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "The judge's tokenizer (default: the one recorded with its training data)");
+  add_checkpoint_window_option(cmd, a->window);
+  cmd->add_option("--scores", a->scores,
+                  "Write every response's score, criterion by criterion, here (JSON Lines)");
+  cmd->callback([a] {
+    const Rubric rubric = load_rubric(a->rubric);
+    CheckpointJudge j;
+    if (!a->judge.empty()) {
+      const std::string dir = require_checkpoint(a->judge);
+      const std::string spec = a->tokenizer.empty() ? checkpoint_tokenizer_spec(dir) : a->tokenizer;
+      j.tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::load(spec));
+      j.model = std::make_unique<Gpt>(read_checkpoint_config(dir));
+      load_model_weights(*j.model, dir);
+      const Config& c = j.model->config();
+      check_tokenizer_fits(Suite{}, *j.tokenizer, spec, c);
+      j.scorer = std::make_unique<ModelScorer>(
+          *j.model, a->window > 0 ? a->window : attention_window_at(c, c.num_iterations));
+      j.judge = std::make_unique<ModelJudge>(*j.scorer, *j.tokenizer);
+    } else if (rubric_uses_judge(rubric)) {
+      throw InputError("rubric '" + a->rubric +
+                       "' has judge criteria and no judge is configured: pass --judge CHECKPOINT");
+    }
+    const auto rates_of = [&](const std::string& path, std::vector<RubricScore>* keep) {
+      const std::vector<PromptResponse> responses = load_rubric_responses(path, rubric);
+      std::vector<RubricScore> scores =
+          score_responses(rubric, rubric_responses_view(responses), j.judge.get());
+      const RubricRates rates = rubric_rates(scores);
+      if (keep != nullptr) *keep = std::move(scores);
+      return rates;
+    };
+    std::vector<RubricScore> scores;
+    const RubricRates after = rates_of(a->responses, &scores);
+    if (!a->scores.empty()) {
+      std::string lines;
+      for (const RubricScore& s : scores) lines += rubric_score_json(s).dump() + "\n";
+      write_file_atomic(a->scores, lines);
+    }
+    std::printf("rubric '%s' on %s\n", rubric.name.c_str(), a->responses.c_str());
+    if (a->before.empty()) {
+      std::fputs(rubric_rates_table(after).c_str(), stdout);
+    } else {
+      const RubricRates before = rates_of(a->before, nullptr);
+      std::printf("before: %s\n", a->before.c_str());
+      std::fputs(rubric_rates_table(after, &before).c_str(), stdout);
+    }
+  });
+}
+
 }  // namespace
 
 void register_evals(CLI::App& app) {
   auto* evals = app.add_subcommand(
       "evals",
       "Evaluation suites: make, check, run on a checkpoint, compare reports (suite files: "
-      "docs/eval_suite.schema.json)");
+      "docs/eval_suite.schema.json); rubrics score responses (docs/rubric.schema.json)");
   evals->require_subcommand(1);
   register_make_suite(*evals);
   register_make_suites(*evals);
@@ -414,6 +515,8 @@ void register_evals(CLI::App& app) {
   register_run(*evals);
   register_compare(*evals);
   register_add_failures(*evals);
+  register_rubric(*evals);
+  register_make_rubric(*evals);
 }
 
 }  // namespace nanogpt::cli

@@ -8,6 +8,8 @@
 #include <regex>
 
 #include "eval/evaluator_metrics.hpp"
+#include "eval/line_regex.hpp"
+#include "eval/number_text.hpp"
 #include "eval/task_registry.hpp"
 #include "runtime/error.hpp"
 
@@ -37,8 +39,6 @@ std::string format_number(double x) {
   std::snprintf(buf, sizeof buf, "%.6g", x);
   return buf;
 }
-
-constexpr size_t kMaxRegexLineBytes = 2048;
 
 EvaluatorOutcome outcome(const std::string& name, OutcomeKind kind) {
   EvaluatorOutcome r;
@@ -265,23 +265,13 @@ class RegexSelector {
     if (select != "first" && select != "last") opt.fail("select", "must be first or last");
     last_ = select == "last";
   }
-  // Searches line by line, each line's first kMaxRegexLineBytes: libstdc++'s matcher recurses
-  // per character and overflows an 8 MiB stack near 10^4 characters under AddressSanitizer
-  // (10^5 without), so the depth is bounded by a line, and an output of any length is safe.
+  // Line by line (line_regex.hpp: each line's first kMaxRegexLineBytes bytes).
   std::optional<std::string> find(std::string_view text) const {
     std::optional<std::string> found;
-    size_t start = 0;
-    while (start <= text.size()) {
-      size_t end = text.find('\n', start);
-      if (end == std::string_view::npos) end = text.size();
-      const std::string line(text.substr(start, std::min(end - start, kMaxRegexLineBytes)));
-      for (auto it = std::sregex_iterator(line.begin(), line.end(), re_);
-           it != std::sregex_iterator(); ++it) {
-        found = (*it)[static_cast<int>(group_)].str();
-        if (!last_) return found;
-      }
-      start = end + 1;
-    }
+    for_each_line_match(re_, text, [&](const std::smatch& m) {
+      found = m[static_cast<int>(group_)].str();
+      return last_;
+    });
     return found;
   }
   void write(Json& spec) const {
@@ -337,30 +327,9 @@ class RegexMatch final : public ExpectingEvaluator {
   TextMatchOptions match_;
 };
 
-// A number as text ("1,234.5", "-3e2") to a double; nullopt if the whole text is not one.
-std::optional<double> parse_number(std::string_view text) {
-  std::string s;
-  for (char ch : trim(text)) {
-    if (ch != ',') s += ch;
-  }
-  if (s.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
-  // strtod also takes hex, "inf" and "nan"; only decimal numbers are numbers here.
-  for (char ch : s) {
-    if (!(std::isdigit(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '+' ||
-          ch == 'e' || ch == 'E')) {
-      return std::nullopt;
-    }
-  }
-  return v;
-}
-
 class NumericMatch final : public Evaluator {
  public:
-  explicit NumericMatch(const Options& opt)
-      : selector_(opt, false, R"(-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)") {
+  explicit NumericMatch(const Options& opt) : selector_(opt, false, std::string(kNumberPattern)) {
     if (opt.has("value")) {
       const std::optional<std::vector<std::string>> v = opt.expected_values();
       value_ = parse_number((*v)[0]);

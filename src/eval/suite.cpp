@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "eval/json_fields.hpp"
 #include "eval/task_registry.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
@@ -23,12 +24,6 @@ const std::vector<std::string> kTaskFields = {"instance", "level", "split"};
 constexpr int64_t kMaxSamples = 1 << 20;
 constexpr double kMaxTemperature = 100;
 
-std::string join(const std::vector<std::string>& items) {
-  std::string s;
-  for (const std::string& i : items) s += (s.empty() ? "" : ", ") + i;
-  return s;
-}
-
 std::string suite_where(const std::string& path) {
   return "suite '" + (path.empty() ? std::string("(in memory)") : path) + "': ";
 }
@@ -38,74 +33,11 @@ std::string case_where(const std::string& path, size_t index, const std::string&
          (name.empty() ? std::string(" (unnamed)") : " '" + name + "'") + ": ";
 }
 
-// Reads fields of one JSON object, naming `where` and the field path in errors.
-class Fields {
- public:
-  Fields(const Json& j, std::string where, std::string prefix)
-      : j_(j), where_(std::move(where)), prefix_(std::move(prefix)) {}
-
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw InputError(where_ + "field '" + prefix_ + key + "': " + what);
-  }
-  void only(const std::vector<std::string>& known) const {
-    for (const auto& item : j_.items()) {
-      if (std::find(known.begin(), known.end(), item.key()) == known.end()) {
-        fail(item.key(), "unknown field (known: " + join(known) + ")");
-      }
-    }
-  }
-  bool has(const std::string& key) const { return j_.contains(key); }
-  const Json& at(const std::string& key) const {
-    if (!has(key)) fail(key, "is missing");
-    return j_.at(key);
-  }
-  std::string str(const std::string& key) const {
-    const Json& v = at(key);
-    if (!v.is_string()) fail(key, "must be a string");
-    return v.get<std::string>();
-  }
-  std::string nonempty_str(const std::string& key) const {
-    std::string s = str(key);
-    if (s.empty()) fail(key, "must not be empty");
-    return s;
-  }
-  std::string optional_str(const std::string& key) const { return has(key) ? str(key) : ""; }
-  int64_t integer(const std::string& key) const {
-    const Json& v = at(key);
-    if (!v.is_number_integer()) fail(key, "must be an integer");
-    return v.get<int64_t>();
-  }
-  const Json& object(const std::string& key) const {
-    const Json& v = at(key);
-    if (!v.is_object()) fail(key, "must be an object");
-    return v;
-  }
-  const Json& array(const std::string& key) const {
-    const Json& v = at(key);
-    if (!v.is_array()) fail(key, "must be an array");
-    return v;
-  }
-  std::vector<std::string> strings(const std::string& key) const {
-    std::vector<std::string> out;
-    for (const Json& s : array(key)) {
-      if (!s.is_string()) fail(key, "must be an array of strings");
-      out.push_back(s.get<std::string>());
-    }
-    return out;
-  }
-  const std::string& where() const { return where_; }
-  const std::string& prefix() const { return prefix_; }
-
- private:
-  const Json& j_;
-  std::string where_, prefix_;
-};
-
 // Generation settings: `base` overridden by the fields present in `j`.
 GenerationSettings read_generation(const Json& j, const std::string& where,
                                    const GenerationSettings& base) {
   if (!j.is_object()) throw InputError(where + "field 'generation': must be an object");
-  const Fields f(j, where, "generation.");
+  const JsonFields f(j, where, "generation.");
   f.only(kGenerationFields);
   GenerationSettings g = base;
   if (f.has("stop")) g.stop = f.strings("stop");
@@ -119,7 +51,7 @@ GenerationSettings read_generation(const Json& j, const std::string& where,
   return g;
 }
 
-std::vector<std::shared_ptr<const Evaluator>> read_evaluators(const Fields& f) {
+std::vector<std::shared_ptr<const Evaluator>> read_evaluators(const JsonFields& f) {
   std::vector<std::shared_ptr<const Evaluator>> out;
   const Json& list = f.array("evaluators");
   for (size_t i = 0; i < list.size(); ++i) {
@@ -138,7 +70,7 @@ SuiteCase read_case(const Json& j, size_t index, const std::string& path,
   const std::string where = case_where(path, index, name);
   if (!j.is_object())
     throw InputError(where + "field 'cases[" + std::to_string(index) + "]': must be an object");
-  const Fields f(j, where, "");
+  const JsonFields f(j, where, "");
   f.only(kCaseFields);
   SuiteCase c;
   c.name = f.nonempty_str("name");
@@ -152,9 +84,9 @@ SuiteCase read_case(const Json& j, size_t index, const std::string& path,
       known_kind = true;
     }
   }
-  if (!known_kind) f.fail("kind", "unknown kind '" + kind + "' (known: " + join(kinds) + ")");
+  if (!known_kind) f.fail("kind", "unknown kind '" + kind + "' (known: " + join_names(kinds) + ")");
 
-  const Fields in(f.object("inputs"), where, "inputs.");
+  const JsonFields in(f.object("inputs"), where, "inputs.");
   switch (c.kind) {
     case CaseKind::kText:
       in.only({"text"});
@@ -194,7 +126,7 @@ SuiteCase read_case(const Json& j, size_t index, const std::string& path,
   }
   if (f.has("task")) {
     if (c.kind != CaseKind::kGenerate) f.fail("task", "only generate cases have a task");
-    const Fields t(f.object("task"), where, "task.");
+    const JsonFields t(f.object("task"), where, "task.");
     t.only(kTaskFields);
     const std::string instance = t.nonempty_str("instance");
     const int64_t level = t.integer("level");
@@ -302,7 +234,7 @@ void check_case(const Suite& suite, const SuiteCase& c, size_t index) {
   const std::vector<const Evaluator*> all = suite.evaluators_for(c);
   if (all.empty()) {
     fail("evaluators", "the case has no evaluator (give one here or at the suite level; known: " +
-                           join(evaluator_type_names()) + ")");
+                           join_names(evaluator_type_names()) + ")");
   }
   for (const Evaluator* e : all) {
     if (!names.insert(e->name()).second) {
@@ -388,7 +320,7 @@ Suite parse_suite(std::string_view text, const std::string& path) {
     throw InputError(where + "not valid JSON: " + std::string(e.what()));
   }
   if (!j.is_object()) throw InputError(where + "must be a JSON object with \"name\" and \"cases\"");
-  const Fields f(j, where, "");
+  const JsonFields f(j, where, "");
   f.only(kSuiteFields);
   Suite s;
   s.path = path;
