@@ -60,7 +60,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The presets of src/model/config.cpp, for when no binary is at hand to print them. Only the
 # keys this script uses.
 _SPEEDRUN = {
-    "vocab_size": 50257, "num_layers": 12, "num_heads": 6, "head_dim": 128, "model_dim": 768,
+    "vocab_size": 50261, "num_layers": 12, "num_heads": 6, "head_dim": 128, "model_dim": 768,
     "attn_free_layers": [7], "eot_id": 50256, "attn_scale": 0.12, "logit_softcap": 30.0,
     "train_seq_len": 48 * 1024, "tokens_per_step": 8 * 48 * 1024, "block_size": 128,
     "muon_lr": 0.05, "muon_momentum_end": 0.95, "muon_ns_steps": 5, "adam_head_lr": 0.22,

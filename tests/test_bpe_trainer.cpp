@@ -5,6 +5,7 @@
 #include "data/bpe_trainer.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/sha256.hpp"
 #include "support/fixtures.hpp"
 
 namespace nanogpt {
@@ -47,7 +48,75 @@ TEST(BpeTrainer, DeterministicByteIdenticalOutput) {
   BpeTokenizer loaded = BpeTokenizer::load(dir.path() + "/tok.json");
   EXPECT_EQ(loaded.to_json(), a);
   EXPECT_EQ(loaded.vocab_size(), 300u);
-  EXPECT_EQ(loaded.eot_id(), 299u);
+  EXPECT_EQ(loaded.eot_id(), 295u);  // the four chat tokens follow it
+}
+
+// sha256 of the 300-token tokenizer trained on random_corpus(1, 300) by the trainer as it was
+// before the chat tokens (revision b49b198).
+constexpr const char* kTokenizerBeforeChatTokens =
+    "e950fb4325aef7c77b32e82185c60580790e40871a9ff96ea0ad42aa11620b79";
+
+TEST(BpeTrainer, WithoutChatTokensTheTokenizerIsTheOneOfBefore) {
+  TempDir dir;
+  auto corpus = corpus_in(dir, random_corpus(1, 300));
+  BpeTrainOptions o;
+  o.vocab_size = 300;
+  o.chat_tokens = false;
+  const BpeTokenizer t = train_bpe(corpus, o, nullptr);
+  EXPECT_EQ(sha256_hex(t.to_json()), kTokenizerBeforeChatTokens);
+  ASSERT_EQ(t.special_tokens().size(), 1u);
+  EXPECT_EQ(t.eot_id(), 299u);
+  EXPECT_FALSE(t.find_special(kUserStart).has_value());
+}
+
+TEST(BpeTrainer, ChatTokensTakeTheLastFourIdsAfterEndOfText) {
+  TempDir dir;
+  auto corpus = corpus_in(dir, random_corpus(1, 300));
+  BpeTrainOptions o;
+  o.vocab_size = 300;
+  BpeTrainReport report;
+  const BpeTokenizer t = train_bpe(corpus, o, &report);
+  EXPECT_EQ(t.vocab_size(), 300u);
+  EXPECT_EQ(report.merges, 300u - 256 - 5);
+  ASSERT_EQ(t.special_tokens().size(), 5u);
+  EXPECT_EQ(t.eot_id(), 295u);
+  for (size_t k = 0; k < kChatSpecialTokens.size(); ++k) {
+    EXPECT_EQ(t.special_tokens()[k + 1].text, kChatSpecialTokens[k]);
+    EXPECT_EQ(t.find_special(kChatSpecialTokens[k]), 296u + k);
+  }
+  // The merges are those of a vocabulary four smaller without them: training does not change.
+  o.vocab_size = 296;
+  o.chat_tokens = false;
+  EXPECT_EQ(t.merges(), train_bpe(corpus, o, nullptr).merges());
+  // The file keeps every special token with its id.
+  write_file_atomic(dir.path() + "/tok.json", t.to_json());
+  const BpeTokenizer loaded = BpeTokenizer::load(dir.path() + "/tok.json");
+  ASSERT_EQ(loaded.special_tokens().size(), 5u);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(loaded.special_tokens()[k].text, t.special_tokens()[k].text);
+    EXPECT_EQ(loaded.special_tokens()[k].id, t.special_tokens()[k].id);
+  }
+  // And with allow_special their text becomes their ids.
+  EXPECT_EQ(loaded.encode("<|assistant_end|>", true), std::vector<uint32_t>{299u});
+}
+
+TEST(BpeTrainer, SmallestVocabularyCountsTheChatTokens) {
+  TempDir dir;
+  auto corpus = corpus_in(dir, "ab ab ab\n");
+  BpeTrainOptions o;
+  o.vocab_size = 260;
+  try {
+    train_bpe(corpus, o, nullptr);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("at least 261"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--no-chat-tokens"), std::string::npos) << e.what();
+  }
+  o.vocab_size = 261;
+  EXPECT_EQ(train_bpe(corpus, o, nullptr).merges().size(), 0u);
+  o.vocab_size = 257;
+  o.chat_tokens = false;
+  EXPECT_EQ(train_bpe(corpus, o, nullptr).vocab_size(), 257u);
 }
 
 TEST(BpeTrainer, FirstMergeIsMostFrequentPairWithSmallestIdOnTies) {
@@ -56,7 +125,7 @@ TEST(BpeTrainer, FirstMergeIsMostFrequentPairWithSmallestIdOnTies) {
   // tie broken by the smaller pair (97,98).
   auto corpus = corpus_in(dir, "ab\nab\nab\ncd\ncd\ncd\nxy\n");
   BpeTrainOptions o;
-  o.vocab_size = 259;
+  o.vocab_size = 263;  // two merges, then five special tokens
   BpeTokenizer t = train_bpe(corpus, o, nullptr);
   ASSERT_EQ(t.merges().size(), 2u);
   EXPECT_EQ(t.merges()[0], (std::pair<uint32_t, uint32_t>{'a', 'b'}));

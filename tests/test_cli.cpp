@@ -76,6 +76,19 @@ TEST(Cli, TokenizerTrainAndTokenizeThroughTheBinary) {
                            "/tok2.json");
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(read_file(dir.path() + "/tok.json"), read_file(dir.path() + "/tok2.json"));
+  // The chat tokens follow <|endoftext|> unless --no-chat-tokens leaves them out.
+  const auto specials = [&](const std::string& file) {
+    return nlohmann::json::parse(read_file(dir.path() + "/" + file))["special_tokens"];
+  };
+  EXPECT_EQ(specials("tok.json"), nlohmann::json::parse(R"({"<|endoftext|>": 295,
+      "<|user_start|>": 296, "<|user_end|>": 297, "<|assistant_start|>": 298,
+      "<|assistant_end|>": 299})"));
+  auto without =
+      run_nanogpt("tokenizer train --input " + dir.path() +
+                  "/f.txt --doc-separator % --vocab-size 300 --no-chat-tokens --output " +
+                  dir.path() + "/tok3.json");
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  EXPECT_EQ(specials("tok3.json"), nlohmann::json::parse(R"({"<|endoftext|>": 299})"));
   auto tok =
       run_nanogpt("tokenize --tokenizer " + dir.path() + "/tok.json --input " + dir.path() +
                   "/f.txt --doc-separator % --val-docs 5 --output-dir " + dir.path() + "/shards");
@@ -164,7 +177,8 @@ TEST(Cli, NumericFlagsRefuseValuesOutOfTheirRange) {
 
 TEST(Cli, TrainTakesTheVocabularyFromTheShards) {
   // A 300-token tokenizer: the cpu preset's 8192 tokens (EOT 8191) give way to the shards' 300
-  // (EOT 299) without any --set; a value set by hand that disagrees is refused, naming both.
+  // (EOT 295, before the four chat tokens) without any --set; a value set by hand that disagrees is
+  // refused, naming both.
   TempDir dir;
   std::string corpus;
   for (int i = 0; i < 50; ++i) corpus += "fortune number " + std::to_string(i) + " says hello\n%\n";
@@ -186,10 +200,10 @@ TEST(Cli, TrainTakesTheVocabularyFromTheShards) {
   ASSERT_EQ(printed.exit_code, 0) << printed.err;
   const auto config = nlohmann::json::parse(printed.out);
   EXPECT_EQ(config["vocab_size"], 300);
-  EXPECT_EQ(config["eot_id"], 299);
+  EXPECT_EQ(config["eot_id"], 295);
   // Agreeing with the shards is fine.
   EXPECT_EQ(
-      run_nanogpt("train --print-config --set vocab_size=300 --set eot_id=299" + data).exit_code,
+      run_nanogpt("train --print-config --set vocab_size=300 --set eot_id=295" + data).exit_code,
       0);
 
   auto set = run_nanogpt("train --print-config --set vocab_size=512" + data);
@@ -203,7 +217,7 @@ TEST(Cli, TrainTakesTheVocabularyFromTheShards) {
   auto file = run_nanogpt("train --print-config --config " + dir.path() + "/c.json" + data);
   EXPECT_EQ(file.exit_code, 1);
   for (const std::string& part :
-       {std::string("eot_id 0"), dir.path() + "/c.json", std::string("eot_id 299"), meta}) {
+       {std::string("eot_id 0"), dir.path() + "/c.json", std::string("eot_id 295"), meta}) {
     EXPECT_NE(file.err.find(part), std::string::npos) << part << " missing from " << file.err;
   }
 }

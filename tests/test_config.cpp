@@ -14,8 +14,8 @@ namespace {
 
 TEST(Config, SpeedrunPresetIsTheSeedsRecord) {
   Config c = preset("speedrun");
-  EXPECT_EQ(c.vocab_size, 50257);
-  EXPECT_EQ(c.vocab_padded(), 50304);
+  EXPECT_EQ(c.vocab_size, 50261);      // GPT-2's 50257 and the four chat tokens
+  EXPECT_EQ(c.vocab_padded(), 50304);  // the seed's head, as with 50257
   EXPECT_EQ(c.num_layers, 12);
   EXPECT_EQ(c.num_heads, 6);
   EXPECT_EQ(c.head_dim, 128);

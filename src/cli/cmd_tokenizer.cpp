@@ -13,13 +13,15 @@ void register_tokenizer(CLI::App& app) {
   tok->require_subcommand(1);
   auto* train = tok->add_subcommand(
       "train",
-      "Train a byte-level BPE (GPT-2 pre-tokenization, 256 bytes + merges + <|endoftext|>)");
+      "Train a byte-level BPE (GPT-2 pre-tokenization, 256 bytes + merges + <|endoftext|> + the "
+      "chat tokens <|user_start|> <|user_end|> <|assistant_start|> <|assistant_end|>)");
   struct Args {
     std::vector<std::string> inputs;
     uint32_t vocab_size = 8192;
     std::string output;
     std::string doc_separator;
     std::string format = "auto";
+    bool no_chat_tokens = false;
   };
   auto args = std::make_shared<Args>();
   train->add_option("--input", args->inputs, "Text or JSON Lines files")
@@ -27,7 +29,7 @@ void register_tokenizer(CLI::App& app) {
       ->check(CLI::ExistingFile);
   train
       ->add_option("--vocab-size", args->vocab_size,
-                   "Total vocabulary size, including the 256 bytes and <|endoftext|>")
+                   "Total vocabulary size, including the 256 bytes and the special tokens")
       ->capture_default_str()
       ->check(CLI::Range(257u, 1u << 20));
   train->add_option("--output", args->output, "Where to write the tokenizer JSON")->required();
@@ -38,6 +40,10 @@ void register_tokenizer(CLI::App& app) {
       ->add_option("--input-format", args->format,
                    "auto (by extension: .jsonl is JSON Lines), text or jsonl")
       ->capture_default_str();
+  train->add_flag(
+      "--no-chat-tokens", args->no_chat_tokens,
+      "Leave out the four chat tokens (4 more merges; <|endoftext|> is the only special "
+      "token, as in tokenizers from before post-training)");
   train->callback([args] {
     CorpusOptions corpus;
     corpus.files = args->inputs;
@@ -45,6 +51,7 @@ void register_tokenizer(CLI::App& app) {
     if (!args->doc_separator.empty()) corpus.doc_separator = args->doc_separator;
     BpeTrainOptions options;
     options.vocab_size = args->vocab_size;
+    options.chat_tokens = !args->no_chat_tokens;
     BpeTrainReport report;
     auto start = std::chrono::steady_clock::now();
     BpeTokenizer tokenizer = train_bpe(corpus, options, &report);

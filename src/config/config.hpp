@@ -25,8 +25,10 @@ enum class SyncMode { kDdp, kDiloco, kStreamingDiloco };
 enum class FragmentOrder { kStrided, kSequential };
 
 struct Config {
-  // Model (seed: GPT(vocab_size, num_layers, num_heads, model_dim)).
-  int64_t vocab_size = 50257;
+  // Model (seed: GPT(vocab_size, num_layers, num_heads, model_dim)). The seed's 50257 is GPT-2's
+  // vocabulary; ours appends the four chat tokens (data/bpe_tokenizer.hpp), and both pad to the
+  // same 50304 rows of the head.
+  int64_t vocab_size = 50261;
   int64_t num_layers = 12;
   int64_t num_heads = 6;
   // Key/value heads (grouped-query attention): must divide num_heads, each shared by a group of

@@ -163,10 +163,15 @@ std::string BpeTokenizer::to_json() const {
   return out;
 }
 
-uint32_t BpeTokenizer::eot_id() const {
+std::optional<uint32_t> BpeTokenizer::find_special(std::string_view text) const {
   for (const auto& s : specials_) {
-    if (s.text == kEndOfText) return s.id;
+    if (s.text == text) return s.id;
   }
+  return std::nullopt;
+}
+
+uint32_t BpeTokenizer::eot_id() const {
+  if (auto id = find_special(kEndOfText)) return *id;
   throw InputError("tokenizer '" + spec_ + "' has no " + std::string(kEndOfText) + " token");
 }
 

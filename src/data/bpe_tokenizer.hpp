@@ -4,7 +4,9 @@
 // Both OpenAI's GPT-2 files and our own trained tokenizers load into this one class.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -16,6 +18,16 @@
 namespace nanogpt {
 
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
+
+// Conversation markers (data/chat_format.hpp), nanochat's set without its tool-use tokens; the
+// document's <|endoftext|> doubles as the conversation's begin token. Our trainer reserves them
+// right after <|endoftext|>, and the GPT-2 tokenizer appends them (50257..50260), in this order.
+inline constexpr std::string_view kUserStart = "<|user_start|>";
+inline constexpr std::string_view kUserEnd = "<|user_end|>";
+inline constexpr std::string_view kAssistantStart = "<|assistant_start|>";
+inline constexpr std::string_view kAssistantEnd = "<|assistant_end|>";
+inline constexpr std::array<std::string_view, 4> kChatSpecialTokens = {
+    kUserStart, kUserEnd, kAssistantStart, kAssistantEnd};
 
 struct SpecialToken {
   std::string text;
@@ -47,6 +59,8 @@ class BpeTokenizer {
   const std::vector<SpecialToken>& special_tokens() const { return specials_; }
   // Id of <|endoftext|>; throws if this tokenizer has none.
   uint32_t eot_id() const;
+  // Id of the special token spelled `text`, if this tokenizer has it.
+  std::optional<uint32_t> find_special(std::string_view text) const;
   // The merges that define tokens 256.. (only for tokenizers built from merges).
   const std::vector<std::pair<uint32_t, uint32_t>>& merges() const { return merges_; }
 

@@ -42,10 +42,18 @@ struct HeapEntry {
 
 BpeTokenizer train_bpe(const CorpusOptions& corpus, const BpeTrainOptions& options,
                        BpeTrainReport* report) {
-  if (options.vocab_size < 257) {
+  std::vector<std::string> specials = {std::string(kEndOfText)};
+  if (options.chat_tokens) {
+    specials.insert(specials.end(), kChatSpecialTokens.begin(), kChatSpecialTokens.end());
+  }
+  const uint32_t smallest = 256 + static_cast<uint32_t>(specials.size());
+  if (options.vocab_size < smallest) {
     throw InputError("--vocab-size " + std::to_string(options.vocab_size) +
                      " is too small: a byte-level BPE needs 256 byte tokens plus " +
-                     std::string(kEndOfText) + " (at least 257)");
+                     std::string(kEndOfText) +
+                     (options.chat_tokens ? " and the 4 chat tokens" : "") + " (at least " +
+                     std::to_string(smallest) +
+                     (options.chat_tokens ? "; --no-chat-tokens leaves those out)" : ")"));
   }
   BpeTrainReport rep;
 
@@ -103,7 +111,7 @@ BpeTokenizer train_bpe(const CorpusOptions& corpus, const BpeTrainOptions& optio
   std::unordered_map<std::string, uint32_t> existing;
   for (uint32_t b = 0; b < 256; ++b) existing[token_bytes[b]] = b;
   std::vector<std::pair<uint32_t, uint32_t>> merges;
-  const uint32_t target_merges = options.vocab_size - 257;
+  const uint32_t target_merges = options.vocab_size - smallest;
 
   // 3. Merge the most frequent pair until the vocabulary is full. Counts only ever fall for
   // pairs already in the heap, so a stale entry is re-queued with its current count.
@@ -182,7 +190,7 @@ BpeTokenizer train_bpe(const CorpusOptions& corpus, const BpeTrainOptions& optio
   }
   rep.merges = static_cast<uint32_t>(merges.size());
   if (report != nullptr) *report = rep;
-  return BpeTokenizer::from_merges(merges, {std::string(kEndOfText)});
+  return BpeTokenizer::from_merges(merges, specials);
 }
 
 }  // namespace nanogpt

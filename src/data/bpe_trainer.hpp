@@ -1,4 +1,5 @@
-// Trains a byte-level BPE vocabulary: 256 byte tokens, learned merges, then <|endoftext|>.
+// Trains a byte-level BPE vocabulary: 256 byte tokens, learned merges, then <|endoftext|> and
+// (unless turned off) the four chat tokens.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,10 @@
 namespace nanogpt {
 
 struct BpeTrainOptions {
-  uint32_t vocab_size = 8192;  // including the 256 bytes and <|endoftext|>
+  uint32_t vocab_size = 8192;  // everything: the 256 bytes, the merges and the special tokens
+  // Reserve kChatSpecialTokens after <|endoftext|> (4 fewer merges), so one tokenizer serves
+  // pre-training and conversations (post-training). Off: <|endoftext|> alone, as before.
+  bool chat_tokens = true;
 };
 
 struct BpeTrainReport {

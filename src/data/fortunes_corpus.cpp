@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "data/bpe_trainer.hpp"
 #include "data/shard_builder.hpp"
@@ -28,7 +29,7 @@ std::vector<std::string> fortune_files() {
   return files;
 }
 
-PreparedCorpus prepare_fortunes(const std::string& dir) {
+PreparedCorpus prepare_fortunes(const std::string& dir, bool chat_tokens) {
   const std::filesystem::path root(dir);
   PreparedCorpus out;
   out.tokenizer = (root / "tokenizer.json").string();
@@ -45,10 +46,29 @@ PreparedCorpus prepare_fortunes(const std::string& dir) {
   std::filesystem::create_directories(dir);
   if (file_exists(out.tokenizer)) {
     std::fprintf(stderr, "tokenizer: %s exists, skipping\n", out.tokenizer.c_str());
+    // Retraining would orphan the shards made with it, so a directory keeps its tokenizer. Only
+    // its special tokens are looked at: a file that is no tokenizer is for its users to report.
+    const nlohmann::json file = nlohmann::json::parse(read_file(out.tokenizer), nullptr, false);
+    const bool readable =
+        file.is_object() && file.contains("special_tokens") && file["special_tokens"].is_object();
+    const bool has_chat = readable && file["special_tokens"].contains(std::string(kUserStart));
+    if (readable && has_chat && !chat_tokens) {
+      std::fprintf(stderr,
+                   "warning: %s has the chat tokens although --no-chat-tokens was given; it is "
+                   "kept with its shards (delete %s to prepare it without them)\n",
+                   out.tokenizer.c_str(), dir.c_str());
+    } else if (readable && !has_chat && chat_tokens) {
+      std::fprintf(stderr,
+                   "warning: %s has no chat tokens (trained before them, or with "
+                   "--no-chat-tokens); it is kept with its shards (delete %s to prepare it with "
+                   "them, or pass --no-chat-tokens)\n",
+                   out.tokenizer.c_str(), dir.c_str());
+    }
   } else {
     list();
     BpeTrainOptions options;
     options.vocab_size = 8192;
+    options.chat_tokens = chat_tokens;
     BpeTrainReport report;
     const BpeTokenizer tokenizer = train_bpe(corpus, options, &report);
     write_file_atomic(out.tokenizer, tokenizer.to_json());

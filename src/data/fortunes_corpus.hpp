@@ -23,7 +23,8 @@ struct PreparedCorpus {
 };
 
 // Makes whatever of DIR's tokenizer and shards is missing; says on stderr what it did or
-// skipped.
-PreparedCorpus prepare_fortunes(const std::string& dir);
+// skipped. A tokenizer it trains has the chat tokens unless `chat_tokens` is false
+// (BpeTrainOptions); one that exists is kept either way, with a warning if it differs.
+PreparedCorpus prepare_fortunes(const std::string& dir, bool chat_tokens = true);
 
 }  // namespace nanogpt

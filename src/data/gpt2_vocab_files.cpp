@@ -3,7 +3,9 @@
 // encoder.json spells each token's bytes through GPT-2's byte-to-unicode table (printable
 // bytes stand for themselves, the rest map to U+0100 and up) and gives its id; vocab.bpe
 // lists the merges in rank order. tiktoken's rank of a token equals its id here, which we
-// verify rather than assume.
+// verify rather than assume. The chat tokens (kChatSpecialTokens) are appended after
+// <|endoftext|> as 50257..50260: every id the files define keeps its meaning, so GPT-2 shards
+// and checkpoints stay valid. The sha256 stays that of the two files.
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_tokenizer.hpp"
@@ -123,6 +125,10 @@ BpeTokenizer BpeTokenizer::from_gpt2_files(const std::string& dir) {
   if (256 + merge_index != tok.ordinary_count_) {
     throw InputError("'" + merges_path + "' has " + std::to_string(merge_index) + " merges but '" +
                      encoder_path + "' needs " + std::to_string(tok.ordinary_count_ - 256));
+  }
+  for (std::string_view chat : kChatSpecialTokens) {
+    tok.specials_.push_back({std::string(chat), static_cast<uint32_t>(tok.tokens_.size())});
+    tok.tokens_.emplace_back(chat);
   }
   tok.spec_ = "gpt2:" + dir;
   Sha256 h;
