@@ -36,6 +36,7 @@
 #include "runtime/progress_bar.hpp"
 #include "runtime/thread_pool.hpp"
 #include "train/attention_window.hpp"
+#include "train/train_state.hpp"
 
 namespace nanogpt::cli {
 
@@ -229,15 +230,6 @@ class ProgressLine {
   std::chrono::steady_clock::time_point start_;
 };
 
-std::string checkpoint_tokenizer_spec(const std::string& dir) {
-  const auto meta = nlohmann::json::parse(read_file(dir + "/meta.json"), nullptr, false);
-  if (meta.is_object() && meta.contains("tokenizer") && meta["tokenizer"].is_object() &&
-      meta["tokenizer"].contains("spec") && meta["tokenizer"]["spec"].is_string()) {
-    return meta["tokenizer"]["spec"].get<std::string>();
-  }
-  throw InputError("checkpoint '" + dir + "' does not record its tokenizer; pass --tokenizer");
-}
-
 void register_run(CLI::App& evals) {
   auto* cmd = evals.add_subcommand("run", "Score a checkpoint on a suite; print and save a report");
   struct Args {
@@ -281,7 +273,7 @@ void register_run(CLI::App& evals) {
   cmd->callback([a] {
     const Suite suite = load_suite(a->suite);
     const std::string dir = require_checkpoint(a->checkpoint);
-    const std::string spec = a->tokenizer.empty() ? checkpoint_tokenizer_spec(dir) : a->tokenizer;
+    const std::string spec = checkpoint_tokenizer_spec(dir, a->tokenizer);
     const BpeTokenizer tok = BpeTokenizer::load(spec);
     const int workers =
         static_cast<int>(std::min<size_t>(a->threads > 0 ? static_cast<size_t>(a->threads) : 1,
@@ -461,7 +453,7 @@ void register_rubric(CLI::App& evals) {
     CheckpointJudge j;
     if (!a->judge.empty()) {
       const std::string dir = require_checkpoint(a->judge);
-      const std::string spec = a->tokenizer.empty() ? checkpoint_tokenizer_spec(dir) : a->tokenizer;
+      const std::string spec = checkpoint_tokenizer_spec(dir, a->tokenizer);
       j.tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::load(spec));
       j.model = std::make_unique<Gpt>(read_checkpoint_config(dir));
       load_model_weights(*j.model, dir);

@@ -117,6 +117,8 @@ int run(int argc, char** argv) {
   nanogpt::cli::register_speedrun(app);
   nanogpt::cli::register_evals(app);
   nanogpt::cli::register_plot(app);
+  nanogpt::cli::register_sft(app);
+  nanogpt::cli::register_rl(app);
 
   std::string unknown;
   if (const CLI::App* where = find_unknown_subcommand(app, argc, argv, &unknown)) {

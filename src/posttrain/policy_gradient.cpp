@@ -19,14 +19,7 @@ constexpr const char* kLoss = "policy loss";
 void check(const PolicyTokens& batch, const PolicyLossConfig& config) {
   using namespace posttrain_checks;
   const bool clipped = config.objective == PolicyObjective::kClipped;
-  if (clipped) {
-    require(config.clip_low >= 0 && config.clip_low <= 1, kLoss, "clip_low", config.clip_low,
-            "in [0, 1] (PPO's ε, 0.2 by default)");
-    require(config.clip_high >= 0, kLoss, "clip_high", config.clip_high,
-            ">= 0 (PPO's ε, 0.2 by default; DAPO's clip-higher 0.28)");
-  }
-  require(config.kl_coef >= 0, kLoss, "kl_coef", config.kl_coef,
-          ">= 0 (0 by default: no KL penalty; DeepSeekMath's GRPO uses 0.04)");
+  check_policy_loss_config(config);
   check_layout(batch.layout, kLoss);
   const size_t n = batch.layout.mask.size();
   require_length(batch.logp.size(), n, kLoss, "logp", "the mask", "token");
@@ -69,6 +62,18 @@ PolicyObjective parse_policy_objective(std::string_view name) {
   }
   throw InputError("unknown policy objective '" + std::string(name) +
                    "'; valid objectives: \"clipped\" (PPO, GRPO) or \"reinforce\"");
+}
+
+void check_policy_loss_config(const PolicyLossConfig& config) {
+  using namespace posttrain_checks;
+  if (config.objective == PolicyObjective::kClipped) {
+    require(config.clip_low >= 0 && config.clip_low <= 1, kLoss, "clip_low", config.clip_low,
+            "in [0, 1] (PPO's ε, 0.2 by default)");
+    require(config.clip_high >= 0, kLoss, "clip_high", config.clip_high,
+            ">= 0 (PPO's ε, 0.2 by default; DAPO's clip-higher 0.28)");
+  }
+  require(config.kl_coef >= 0, kLoss, "kl_coef", config.kl_coef,
+          ">= 0 (0 by default: no KL penalty; DeepSeekMath's GRPO uses 0.04)");
 }
 
 PolicyLossResult policy_loss(const PolicyTokens& batch, const PolicyLossConfig& config) {

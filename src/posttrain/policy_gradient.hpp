@@ -73,6 +73,9 @@ struct PolicyLossResult {
 // count_normalizers of the whole batch, or the sum of its parts'), so that the parts' results
 // add up to the whole batch's. InputErrors for ε, β, max_length out of range, arrays of the wrong
 // length, non-finite inputs and normalizers smaller than the part.
+// The configuration's own checks (ε, β in range), what policy_loss checks first: a trainer calls it
+// before it writes anything.
+void check_policy_loss_config(const PolicyLossConfig& config);
 PolicyLossResult policy_loss(const PolicyTokens& batch, const PolicyLossConfig& config,
                              const LossNormalizers& whole);
 // The whole batch in one call: normalizers counted from `batch`.

@@ -135,4 +135,22 @@ double checkpoint_val_loss(const std::string& checkpoint) {
              : std::numeric_limits<double>::quiet_NaN();
 }
 
+nlohmann::json checkpoint_tokenizer_record(const std::string& checkpoint) {
+  const std::string path = checkpoint + "/meta.json";
+  if (!std::filesystem::exists(path)) return nullptr;
+  const auto meta = nlohmann::json::parse(read_file(path), nullptr, false);
+  if (meta.is_object() && meta.contains("tokenizer")) return meta["tokenizer"];
+  return nullptr;
+}
+
+std::string checkpoint_tokenizer_spec(const std::string& checkpoint, const std::string& given) {
+  if (!given.empty()) return given;
+  const nlohmann::json record = checkpoint_tokenizer_record(checkpoint);
+  if (!record.is_object() || !record.contains("spec") || !record["spec"].is_string()) {
+    throw InputError("checkpoint '" + checkpoint +
+                     "' does not record its tokenizer; pass --tokenizer");
+  }
+  return record["spec"].get<std::string>();
+}
+
 }  // namespace nanogpt

@@ -47,4 +47,10 @@ int64_t load_train_state(const std::string& checkpoint, Gpt& model, GptOptimizer
 // The validation loss recorded with a checkpoint; NaN if none was.
 double checkpoint_val_loss(const std::string& checkpoint);
 
+// The tokenizer a checkpoint records in meta.json ("tokenizer": {"spec", ...}); null if none.
+nlohmann::json checkpoint_tokenizer_record(const std::string& checkpoint);
+// The tokenizer spec to use with a checkpoint: `given` if not empty, else the one it records
+// (InputError asking for --tokenizer if it records none).
+std::string checkpoint_tokenizer_spec(const std::string& checkpoint, const std::string& given);
+
 }  // namespace nanogpt

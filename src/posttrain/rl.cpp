@@ -1,0 +1,426 @@
+#include "posttrain/rl.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "data/chat_format.hpp"
+#include "eval/model_scorer.hpp"
+#include "eval/task_registry.hpp"
+#include "model/model_io.hpp"
+#include "optim/gpt_optimizer.hpp"
+#include "posttrain/finetune_optimizer.hpp"
+#include "posttrain/posttrain_checkpoint.hpp"
+#include "posttrain/row_packing.hpp"
+#include "posttrain/sft.hpp"
+#include "posttrain/task_conversations.hpp"
+#include "runtime/build_info.hpp"
+#include "runtime/cpu_info.hpp"
+#include "runtime/error.hpp"
+#include "runtime/file_io.hpp"
+#include "runtime/random.hpp"
+#include "train/attention_window.hpp"
+#include "train/run_directory.hpp"
+#include "train/stop_signals.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void check_options(const RlOptions& o) {
+  if (o.tasks.empty()) throw InputError("rl: --tasks MIXTURE is required (the prompts)");
+  if (o.steps < 1) throw InputError("rl: --steps must be >= 1");
+  if (o.prompts_per_step < 1) throw InputError("rl: --prompts must be >= 1");
+  if (o.group_size < 1) throw InputError("rl: --group must be >= 1");
+  if (o.group_size < 2 && o.estimator != AdvantageEstimator::kReinforceEma) {
+    throw InputError("rl: --group 1 leaves every group's rewards equal (no gradient) under " +
+                     std::string(advantage_estimator_name(o.estimator)) +
+                     ": sample 2 or more per prompt, or use --estimator reinforce_ema");
+  }
+  if (o.max_tokens < 1) throw InputError("rl: --max-tokens must be >= 1");
+  if (!(o.temperature > 0) || !std::isfinite(o.temperature)) {
+    throw InputError(
+        "rl: --temperature must be > 0: the policy's log-probabilities are those of "
+        "the tempered distribution it samples from");
+  }
+  if (o.updates_per_batch < 1) throw InputError("rl: --updates must be >= 1");
+  if (o.updates_per_batch > 1 && o.loss.objective == PolicyObjective::kReinforce) {
+    throw InputError(
+        "rl: --updates > 1 reuses a batch off-policy, which needs the clipped "
+        "ratio: use --objective clipped");
+  }
+  if (o.estimator == AdvantageEstimator::kPpoGae) {
+    throw InputError(
+        "rl: --estimator ppo_gae needs a value head, which is not built yet; use "
+        "grpo, reinforce_group_mean or reinforce_ema");
+  }
+  check_policy_loss_config(o.loss);
+  if (!(o.ema_decay >= 0 && o.ema_decay < 1)) {
+    throw InputError("rl: --ema-decay must be in [0, 1)");
+  }
+}
+
+// Completion k of a step: its problem, the prompt's ids (without the begin token) and what was
+// sampled, up to and including <|assistant_end|> (or the <|endoftext|> the model drew).
+struct Completion {
+  size_t problem = 0;
+  std::vector<uint32_t> tokens;
+  double reward = 0;
+  bool ended = false;
+};
+
+uint64_t sample_seed(uint64_t seed, int64_t step, size_t prompt, int64_t sample) {
+  Rng mix(seed ^ 0xA0761D6478BD642Full);
+  uint64_t s = mix.next_u64() + static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull;
+  s ^= (static_cast<uint64_t>(prompt) + 1) * 0xBF58476D1CE4E5B9ull;
+  s ^= (static_cast<uint64_t>(sample) + 1) * 0x94D049BB133111EBull;
+  return Rng(s).next_u64();
+}
+
+}  // namespace
+
+RlResult run_rl(const RlOptions& o) {
+  check_options(o);
+  const BpeTokenizer tokenizer = BpeTokenizer::load(o.tokenizer);
+  const ChatTokens chat = chat_tokens(tokenizer);
+  const std::vector<TaskCell> cells = parse_task_mixture(o.tasks);
+  const std::string start_checkpoint =
+      o.resume ? find_latest_checkpoint(o.run_dir) : require_checkpoint(o.checkpoint);
+  if (o.resume && start_checkpoint.empty()) {
+    throw InputError("rl --resume: no checkpoint under '" + o.run_dir + "/checkpoints'");
+  }
+  const Config c = read_checkpoint_config(start_checkpoint);
+  check_chat_vocabulary(c, tokenizer, chat, o.tokenizer);
+  const int64_t seq_len = c.train_seq_len;
+  const int64_t window =
+      o.window_blocks > 0 ? o.window_blocks : attention_window_at(c, c.num_iterations);
+  const int64_t total_updates = o.steps * o.updates_per_batch;
+
+  Gpt model(c);
+  load_model_weights(model, start_checkpoint);
+  const Config oc = finetune_optimizer_config(c, o.lr_scale, 1.0, total_updates);
+  GptOptimizer optimizer(model.params(), oc, model.precision());
+  PosttrainState state;
+  state.stage = "rl";
+  state.seed = o.seed;
+  std::string reference_checkpoint = start_checkpoint;
+  if (o.resume) {
+    state = load_posttrain_state(start_checkpoint, "rl", optimizer);
+    reference_checkpoint = state.extra.value("reference", start_checkpoint);
+  } else {
+    import_pretraining_optimizer_state(start_checkpoint, optimizer);
+    state.extra["reference"] = std::filesystem::absolute(start_checkpoint).string();
+  }
+  EmaBaseline ema{o.ema_decay, state.extra.value("ema_baseline", 0.0)};
+  // The reference policy for the KL penalty: the starting checkpoint, frozen.
+  std::unique_ptr<Gpt> reference;
+  if (o.loss.kl_coef > 0) {
+    reference = std::make_unique<Gpt>(c);
+    load_model_weights(*reference, reference_checkpoint);
+  }
+
+  const RunDirectory run(o.run_dir);
+  if (o.resume) {
+    run.truncate_metrics(state.step);
+  } else {
+    run.start_metrics();
+    nlohmann::ordered_json record = {
+        {"stage", "rl"},
+        {"from_checkpoint", std::filesystem::absolute(start_checkpoint).string()},
+        {"tasks", task_mixture_string(cells)},
+        {"steps", o.steps},
+        {"prompts_per_step", o.prompts_per_step},
+        {"group_size", o.group_size},
+        {"max_tokens", o.max_tokens},
+        {"temperature", o.temperature},
+        {"top_k", o.top_k},
+        {"estimator", advantage_estimator_name(o.estimator)},
+        {"objective", policy_objective_name(o.loss.objective)},
+        {"clip_low", o.loss.clip_low},
+        {"clip_high", o.loss.clip_high},
+        {"kl_coef", o.loss.kl_coef},
+        {"aggregation", loss_aggregation_name(o.loss.aggregation.mode)},
+        {"updates_per_batch", o.updates_per_batch},
+        {"lr_scale", o.lr_scale},
+        {"seed", o.seed},
+        {"window_blocks", window},
+        {"tokenizer", o.tokenizer_record},
+        {"config", config_to_json(c)},
+        {"revision", build_revision()},
+        {"cpu", cpu_info().model_name},
+        {"command", o.command_line}};
+    write_file_atomic(o.run_dir + "/run.json", record.dump(2) + "\n");
+  }
+
+  ModelScorer scorer(model, window);
+  RlResult result;
+  auto evaluate_now = [&](int64_t step) {
+    ChatEvalOptions eo = o.eval;
+    eo.max_prompt_tokens = seq_len;
+    ChatEvalResult r = evaluate_chat_tasks(scorer, tokenizer, chat, cells, eo);
+    run.append_metrics(chat_eval_json(r, step));
+    result.evaluated = true;
+    std::fprintf(stderr, "rl: step %lld: held-out pass@1 %.3f, pass@%lld %.3f, reply %.1f tokens\n",
+                 static_cast<long long>(step), r.pass_at_1, static_cast<long long>(eo.k),
+                 r.pass_at_k, r.mean_reply_tokens);
+    return r;
+  };
+  if (o.evaluate && !o.resume) result.before = evaluate_now(0);
+
+  const StopSignalScope signals(false);
+  const int64_t rows_per_pass = std::max<int64_t>(1, c.micro_batch_tokens / seq_len);
+  const auto P = static_cast<size_t>(o.prompts_per_step);
+  const auto G = static_cast<size_t>(o.group_size);
+  SamplingSettings sampling;
+  sampling.temperature = o.temperature;
+  sampling.top_k = o.top_k;
+  const uint32_t end = chat.assistant_end;
+  int64_t step = state.step;
+  auto save = [&](int64_t at_step, double loss) {
+    state.step = at_step;
+    state.extra["ema_baseline"] = ema.value;
+    result.last_checkpoint =
+        save_posttrain_state(o.run_dir, state, model, optimizer, loss, o.tokenizer_record);
+  };
+  std::vector<int32_t> inputs, targets;
+  std::vector<float> per_token, entropy, weights;
+  while (step < o.steps) {
+    if (stop_requested() || (o.max_steps > 0 && result.steps_run == o.max_steps)) {
+      result.interrupted = true;
+      break;
+    }
+    RlStepMetrics m;
+    m.step = step + 1;
+    // 1. Prompts: the mixture's train problems s·P .. s·P + P - 1, cells interleaved.
+    std::vector<TaskInstance> problems;
+    std::vector<std::vector<uint32_t>> prompts;
+    for (size_t i = 0; i < P; ++i) {
+      const uint64_t index = static_cast<uint64_t>(step) * P + i;
+      const TaskCell& cell = cells[index % cells.size()];
+      problems.push_back(
+          generate_task(cell.family, cell.level, TaskSplit::kTrain, o.seed, index / cells.size()));
+      std::vector<uint32_t> ids =
+          render_prompt(task_prompt_conversation(problems.back()), tokenizer, chat,
+                        seq_len + 1 - o.max_tokens, "train problem " + problems.back().canonical);
+      ids.erase(ids.begin());  // the scorer starts every sequence with <|endoftext|>
+      prompts.push_back(std::move(ids));
+    }
+    // 2. Sampling: every prompt's group in one batched decode.
+    Clock::time_point t0 = Clock::now();
+    std::vector<std::vector<Rng>> rngs(P);
+    std::vector<GenerateRequest> requests(P);
+    for (size_t i = 0; i < P; ++i) {
+      for (size_t g = 0; g < G; ++g) {
+        rngs[i].emplace_back(sample_seed(o.seed, step, i, static_cast<int64_t>(g)));
+      }
+      requests[i].prompt = prompts[i];
+      requests[i].max_tokens = o.max_tokens;
+      requests[i].settings = sampling;
+      requests[i].rngs = &rngs[i];
+      requests[i].stop_here = [end](const std::vector<uint32_t>& t) {
+        return !t.empty() && t.back() == end;
+      };
+    }
+    const std::vector<std::vector<GeneratedSample>> samples = scorer.generate(requests);
+    m.sample_s = seconds_since(t0);
+    // 3. Scoring.
+    t0 = Clock::now();
+    std::vector<Completion> completions;
+    std::vector<double> rewards;
+    double sampled_tokens = 0;
+    for (size_t i = 0; i < P; ++i) {
+      for (const GeneratedSample& s : samples[i]) {
+        Completion k;
+        k.problem = i;
+        k.tokens = s.tokens;
+        k.ended = !k.tokens.empty() && k.tokens.back() == end;
+        std::vector<uint32_t> text_ids = k.tokens;
+        if (k.ended) text_ids.pop_back();
+        // The model's <|endoftext|> was sampled too: it is part of what the update sees.
+        if (s.hit_eot) k.tokens.push_back(static_cast<uint32_t>(c.eot_id));
+        k.reward = verify(problems[i], tokenizer.decode(text_ids)).value;
+        rewards.push_back(k.reward);
+        sampled_tokens += static_cast<double>(k.tokens.size());
+        m.mean_reward += k.reward;
+        m.pass_rate += k.reward >= 1.0 ? 1.0 : 0.0;
+        m.mean_length += static_cast<double>(k.tokens.size());
+        completions.push_back(std::move(k));
+      }
+    }
+    const double n_completions = static_cast<double>(completions.size());
+    m.mean_reward /= n_completions;
+    m.pass_rate /= n_completions;
+    m.mean_length /= n_completions;
+    m.rollout_tokens_per_s = sampled_tokens / m.sample_s;
+    std::vector<double> advantages;
+    if (o.estimator == AdvantageEstimator::kReinforceEma) {
+      advantages = ema_advantages(rewards, ema);
+    } else {
+      GroupAdvantages ga = o.estimator == AdvantageEstimator::kGrpo
+                               ? grpo_advantages(rewards, o.group_size)
+                               : group_mean_advantages(rewards, o.group_size);
+      advantages = std::move(ga.advantages);
+      m.uniform_groups = ga.uniform_groups;
+    }
+    m.uniform_fraction = static_cast<double>(m.uniform_groups) / static_cast<double>(P);
+    m.score_s = seconds_since(t0);
+
+    // 4. Training: the completions packed into rows; each counted token's place in them.
+    t0 = Clock::now();
+    std::vector<std::vector<uint32_t>> seq_ids(completions.size());
+    std::vector<std::vector<uint8_t>> seq_mask(completions.size());
+    std::vector<int64_t> offsets = {0};
+    for (size_t k = 0; k < completions.size(); ++k) {
+      const Completion& cp = completions[k];
+      seq_ids[k].push_back(chat.bos);
+      seq_ids[k].insert(seq_ids[k].end(), prompts[cp.problem].begin(), prompts[cp.problem].end());
+      seq_mask[k].assign(seq_ids[k].size(), 0);
+      seq_ids[k].insert(seq_ids[k].end(), cp.tokens.begin(), cp.tokens.end());
+      seq_mask[k].resize(seq_ids[k].size(), 1);
+      offsets.push_back(offsets.back() + static_cast<int64_t>(cp.tokens.size()));
+    }
+    std::vector<PackItem> items;
+    for (size_t k = 0; k < completions.size(); ++k) items.push_back({seq_ids[k], seq_mask[k]});
+    const PackedRows rows = pack_rows(items, seq_len, static_cast<int32_t>(chat.bos),
+                                      [](size_t k) { return "completion " + std::to_string(k); });
+    // position[j]: the row-major input position whose target is counted token j.
+    std::vector<int64_t> position(static_cast<size_t>(offsets.back()));
+    for (int64_t r = 0; r < rows.rows; ++r) {
+      int64_t at = 0;
+      for (int64_t k : rows.items[static_cast<size_t>(r)]) {
+        const auto& cp = completions[static_cast<size_t>(k)];
+        const int64_t first =
+            at + static_cast<int64_t>(seq_ids[static_cast<size_t>(k)].size() - cp.tokens.size());
+        for (size_t t = 0; t < cp.tokens.size(); ++t) {
+          position[static_cast<size_t>(offsets[static_cast<size_t>(k)]) + t] =
+              r * seq_len + first + static_cast<int64_t>(t) - 1;
+        }
+        at += static_cast<int64_t>(seq_ids[static_cast<size_t>(k)].size());
+      }
+    }
+    const std::vector<uint8_t> counted(static_cast<size_t>(offsets.back()), 1);
+    const SequenceLayout layout{offsets, counted};
+    const std::vector<double> token_advantages = advantages_per_token(layout, advantages);
+    const int64_t T = rows.rows * seq_len;
+    per_token.resize(static_cast<size_t>(T));
+    entropy.resize(static_cast<size_t>(T));
+    // Runs `fn(inputs, targets, first_row)` over the rows in micro-batches.
+    auto over_rows = [&](auto&& fn) {
+      for (int64_t r0 = 0; r0 < rows.rows; r0 += rows_per_pass) {
+        const int64_t r1 = std::min(rows.rows, r0 + rows_per_pass);
+        inputs.clear();
+        targets.clear();
+        for (int64_t r = r0; r < r1; ++r) {
+          const auto in = rows.row_inputs(r), tg = rows.row_targets(r);
+          inputs.insert(inputs.end(), in.begin(), in.end());
+          targets.insert(targets.end(), tg.begin(), tg.end());
+        }
+        fn(r0, r1);
+      }
+    };
+    auto logprobs_of = [&](Gpt& net, bool with_entropy) {
+      over_rows([&](int64_t r0, int64_t) {
+        TokenLossT<float> tl;
+        tl.temperature = static_cast<float>(o.temperature);
+        tl.entropy = with_entropy ? entropy.data() + r0 * seq_len : nullptr;
+        net.forward_loss(inputs, targets, window, per_token.data() + r0 * seq_len, seq_len, tl);
+      });
+      std::vector<double> lp(position.size());
+      for (size_t j = 0; j < position.size(); ++j) {
+        lp[j] = -static_cast<double>(per_token[static_cast<size_t>(position[j])]);
+      }
+      return lp;
+    };
+    std::vector<double> logp_ref;
+    if (reference) logp_ref = logprobs_of(*reference, false);
+    std::vector<double> logp_old;
+    double entropy_sum = 0;
+    for (int64_t u = 0; u < o.updates_per_batch; ++u) {
+      const std::vector<double> logp = logprobs_of(model, u == 0);
+      if (u == 0) {
+        logp_old = logp;
+        for (int64_t pos : position) entropy_sum += entropy[static_cast<size_t>(pos)];
+      }
+      PolicyTokens batch;
+      batch.layout = layout;
+      batch.logp = logp;
+      batch.logp_old = logp_old;
+      batch.logp_ref = logp_ref;
+      batch.advantages = token_advantages;
+      PolicyLossConfig lc = o.loss;
+      if (lc.aggregation.mode == LossAggregation::kConstant && lc.aggregation.max_length == 0) {
+        lc.aggregation.max_length = o.max_tokens + 1;  // + the <|endoftext|> a sample may end with
+      }
+      const PolicyLossResult pl = policy_loss(batch, lc);
+      // The row weight of token t is -dL/dlogp_t: Σ_t w_t·(-logp_t) then has L's gradient.
+      weights.assign(static_cast<size_t>(T), 0.0f);
+      for (size_t j = 0; j < position.size(); ++j) {
+        weights[static_cast<size_t>(position[j])] = static_cast<float>(-pl.grad_logp[j]);
+      }
+      model.zero_grads();
+      over_rows([&](int64_t r0, int64_t r1) {
+        TokenLossT<float> tl;
+        tl.temperature = static_cast<float>(o.temperature);
+        tl.weights = std::span<const float>(weights.data() + r0 * seq_len,
+                                            static_cast<size_t>((r1 - r0) * seq_len));
+        model.forward_backward(inputs, targets, window, 1.0f, seq_len, nullptr, tl);
+      });
+      optimizer.step(model.params(), model.grads(), step * o.updates_per_batch + u);
+      if (u == 0) {
+        m.loss = pl.loss;
+        m.clip_fraction = pl.clip_fraction;
+        m.mean_kl = pl.mean_kl;
+        m.mean_ratio = pl.mean_ratio;
+      }
+    }
+    m.entropy = entropy_sum / static_cast<double>(position.size());
+    m.train_s = seconds_since(t0);
+    ++step;
+    ++result.steps_run;
+    result.steps.push_back(m);
+    run.append_metrics({{"step", step},
+                        {"reward", m.mean_reward},
+                        {"pass_rate", m.pass_rate},
+                        {"length", m.mean_length},
+                        {"uniform_groups", m.uniform_groups},
+                        {"uniform_fraction", m.uniform_fraction},
+                        {"loss", m.loss},
+                        {"clip_fraction", m.clip_fraction},
+                        {"kl", m.mean_kl},
+                        {"ratio", m.mean_ratio},
+                        {"entropy", m.entropy},
+                        {"sample_s", m.sample_s},
+                        {"score_s", m.score_s},
+                        {"train_s", m.train_s},
+                        {"step_s", m.sample_s + m.score_s + m.train_s},
+                        {"rollout_tokens_per_s", m.rollout_tokens_per_s}});
+    std::fprintf(stderr,
+                 "rl: step %lld/%lld reward %.3f pass %.2f length %.1f uniform groups %lld/%zu "
+                 "kl %.4f entropy %.3f | sample %.2fs (%.0f tok/s) score %.3fs train %.2fs\n",
+                 static_cast<long long>(step), static_cast<long long>(o.steps), m.mean_reward,
+                 m.pass_rate, m.mean_length, static_cast<long long>(m.uniform_groups), P, m.mean_kl,
+                 m.entropy, m.sample_s, m.rollout_tokens_per_s, m.score_s, m.train_s);
+    const bool at_end = step == o.steps;
+    if (o.evaluate && (at_end || (o.eval_every > 0 && step % o.eval_every == 0))) {
+      result.after = evaluate_now(step);
+    }
+    if (!at_end && o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save(step, m.loss);
+  }
+  if (result.steps_run > 0) {
+    save(step, result.steps.back().loss);
+  } else {
+    result.last_checkpoint = start_checkpoint;
+  }
+  return result;
+}
+
+}  // namespace nanogpt

@@ -1,0 +1,264 @@
+// Post-training runs end to end on a micro model (posttrain/sft.hpp, posttrain/rl.hpp): they
+// learn, checkpoint, resume bitwise, do not depend on the thread count, and refuse bad input
+// before writing anything.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "data/chat_format.hpp"
+#include "model/model_io.hpp"
+#include "posttrain/rl.hpp"
+#include "posttrain/sft.hpp"
+#include "runtime/checkpoint.hpp"
+#include "runtime/error.hpp"
+#include "runtime/file_io.hpp"
+#include "runtime/thread_pool.hpp"
+#include "support/fixtures.hpp"
+#include "support/model.hpp"
+
+namespace nanogpt {
+namespace {
+
+const std::vector<std::string> kChatSpecials = {"<|endoftext|>", "<|user_start|>", "<|user_end|>",
+                                                "<|assistant_start|>", "<|assistant_end|>"};
+
+// 256 bytes, 39 merges and the five specials: 300 tokens, micro_config's vocabulary.
+BpeTokenizer chat_micro_tokenizer(bool with_chat_tokens = true) {
+  std::vector<std::pair<uint32_t, uint32_t>> merges;
+  const std::string common = "etaoinshrdlucmfwypvbgk";
+  for (char ch : common) merges.emplace_back(static_cast<uint32_t>(' '), static_cast<uint32_t>(ch));
+  const size_t count = with_chat_tokens ? 39 : 43;
+  for (size_t i = 0; merges.size() < count; ++i) {
+    merges.emplace_back(static_cast<uint32_t>(common[i]), static_cast<uint32_t>(' '));
+  }
+  return BpeTokenizer::from_merges(
+      merges, with_chat_tokens ? kChatSpecials : std::vector<std::string>{"<|endoftext|>"});
+}
+
+// A directory with tokenizer.json and a "pre-trained" checkpoint of a randomly initialised
+// micro model (weights only, as an imported checkpoint would be).
+struct Fixture {
+  TempDir dir;
+  std::string tokenizer, checkpoint;
+  nlohmann::json tokenizer_record;
+  explicit Fixture(bool with_chat_tokens = true) {
+    const BpeTokenizer tok = chat_micro_tokenizer(with_chat_tokens);
+    tokenizer = dir.path() + "/tokenizer.json";
+    write_file_atomic(tokenizer, tok.to_json());
+    Config c = micro_config();
+    c.eot_id = static_cast<int64_t>(tok.eot_id());
+    Gpt model(c);
+    model.init_parameters(5);
+    CheckpointContents cc;
+    cc.model = model_tensors(model);
+    cc.model_metadata["format"] = "pt";
+    cc.model_metadata["config"] = config_to_json(c).dump();
+    tokenizer_record = {{"spec", tokenizer}};
+    cc.meta = {{"step", 0}, {"tokenizer", tokenizer_record}};
+    checkpoint = save_checkpoint(dir.path() + "/pretrain", 0, cc);
+  }
+};
+
+// Conversations of a tiny skill: the reply is the user's word reversed.
+std::string write_conversations(const std::string& path, int n) {
+  std::vector<Conversation> convs;
+  const char* words[] = {"cat", "dog", "sun", "tea", "map", "pen", "cup", "hat"};
+  for (int i = 0; i < n; ++i) {
+    std::string w = words[i % 8];
+    std::string r(w.rbegin(), w.rend());
+    convs.push_back(Conversation{{{ChatRole::kUser, "reverse " + w}, {ChatRole::kAssistant, r}}});
+  }
+  write_conversations_jsonl(path, convs);
+  return path;
+}
+
+SftOptions sft_options(const Fixture& f, const std::string& out) {
+  SftOptions o;
+  o.checkpoint = f.checkpoint;
+  o.tokenizer = f.tokenizer;
+  o.tokenizer_record = f.tokenizer_record;
+  o.data = write_conversations(f.dir.path() + "/chat.jsonl", 64);
+  o.run_dir = out;
+  o.epochs = 6;
+  o.rows_per_step = 2;
+  o.lr_scale = 1.0;
+  o.live_line = false;
+  return o;
+}
+
+std::string model_bytes(const std::string& checkpoint) {
+  return read_file(checkpoint + "/model.safetensors");
+}
+
+TEST(PosttrainSft, LearnsTheAssistantTokensAndCheckpointsAsAnyRun) {
+  Fixture f;
+  SftOptions o = sft_options(f, f.dir.path() + "/sft");
+  o.epochs = 20;
+  const SftResult r = run_sft(o);
+  EXPECT_EQ(r.steps_run, r.steps);
+  EXPECT_EQ(r.conversations, 64);
+  const auto metrics = read_file(o.run_dir + "/metrics.jsonl");
+  std::vector<double> losses;
+  size_t at = 0;
+  while (at < metrics.size()) {
+    const size_t nl = metrics.find('\n', at);
+    const auto j = nlohmann::json::parse(metrics.substr(at, nl - at));
+    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+    at = nl + 1;
+  }
+  ASSERT_EQ(static_cast<int64_t>(losses.size()), r.steps);
+  // From ln(300) ≈ 5.7 (a zero head) to a fraction of it: the replies are learnt.
+  EXPECT_LT(losses.back(), 0.35 * losses.front()) << losses.front() << " -> " << losses.back();
+  std::printf("[   info   ] sft loss %.3f -> %.3f over %lld steps\n", losses.front(), losses.back(),
+              static_cast<long long>(r.steps));
+  // An ordinary checkpoint: loads as a model, records the tokenizer and the stage.
+  const std::unique_ptr<Gpt> model = load_model(r.last_checkpoint);
+  EXPECT_EQ(model->config().vocab_size, 300);
+  const auto meta = nlohmann::json::parse(read_file(r.last_checkpoint + "/meta.json"));
+  EXPECT_EQ(meta["stage"], "sft");
+  EXPECT_EQ(meta["tokenizer"]["spec"], f.tokenizer);
+  const auto run = nlohmann::json::parse(read_file(o.run_dir + "/run.json"));
+  EXPECT_EQ(run["conversations"], 64);
+}
+
+TEST(PosttrainSft, ResumeAndThreadCountGiveTheSameBits) {
+  Fixture f;
+  SftOptions whole = sft_options(f, f.dir.path() + "/whole");
+  whole.epochs = 2;
+  const SftResult a = run_sft(whole);
+  ASSERT_GE(a.steps, 4);
+  // Stopped after 3 steps, resumed to the end, on one thread.
+  SftOptions part = sft_options(f, f.dir.path() + "/part");
+  part.epochs = 2;
+  part.max_steps = 3;
+  ThreadPool one(1);
+  const ThreadPool::Use use(one);
+  const SftResult b1 = run_sft(part);
+  EXPECT_EQ(b1.steps_run, 3);
+  part.max_steps = 0;
+  part.resume = true;
+  const SftResult b2 = run_sft(part);
+  EXPECT_EQ(b2.steps_run, a.steps - 3);
+  EXPECT_EQ(model_bytes(a.last_checkpoint), model_bytes(b2.last_checkpoint));
+  EXPECT_EQ(read_file(a.last_checkpoint + "/optimizer.safetensors"),
+            read_file(b2.last_checkpoint + "/optimizer.safetensors"));
+}
+
+TEST(PosttrainSft, RefusesBadInputBeforeWritingAnything) {
+  Fixture plain(false);  // a tokenizer without the chat tokens
+  SftOptions o = sft_options(plain, plain.dir.path() + "/never");
+  try {
+    run_sft(o);
+    FAIL() << "a tokenizer without chat tokens";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("<|user_start|>"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(o.run_dir));
+
+  Fixture f;
+  o = sft_options(f, f.dir.path() + "/never");
+  // A conversation longer than a row (128 + 1 tokens).
+  write_file_atomic(o.data, "{\"messages\": [{\"role\": \"user\", \"content\": \"" +
+                                std::string(400, 'x') +
+                                "\"}, {\"role\": \"assistant\", \"content\": \"y\"}]}\n");
+  EXPECT_THROW(run_sft(o), InputError);
+  // A bad role, named with its line.
+  write_file_atomic(o.data, "{\"messages\": [{\"role\": \"robot\", \"content\": \"hi\"}]}\n");
+  try {
+    run_sft(o);
+    FAIL() << "a bad role";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("chat.jsonl:1"), std::string::npos) << e.what();
+  }
+  o.data.clear();
+  o.tasks = "addition:99";
+  EXPECT_THROW(run_sft(o), InputError);
+  o.tasks = " , ";
+  EXPECT_THROW(run_sft(o), InputError);
+  EXPECT_FALSE(std::filesystem::exists(o.run_dir));
+}
+
+RlOptions rl_options(const Fixture& f, const std::string& out) {
+  RlOptions o;
+  o.checkpoint = f.checkpoint;
+  o.tokenizer = f.tokenizer;
+  o.tokenizer_record = f.tokenizer_record;
+  o.tasks = "addition:1,reverse:1";
+  o.run_dir = out;
+  o.steps = 3;
+  o.prompts_per_step = 3;
+  o.group_size = 4;
+  o.max_tokens = 6;
+  o.eval_every = 0;
+  o.eval.problems_per_cell = 4;
+  o.live_line = false;
+  return o;
+}
+
+TEST(PosttrainRl, StepsAreDeterministicForAnyThreadCountAndResumeBitwise) {
+  Fixture f;
+  const RlOptions o = rl_options(f, f.dir.path() + "/rl");
+  const RlResult a = run_rl(o);
+  ASSERT_EQ(a.steps_run, 3);
+  for (const RlStepMetrics& m : a.steps) {
+    EXPECT_GE(m.mean_reward, 0.0);
+    EXPECT_LE(m.mean_reward, 1.0);
+    EXPECT_GT(m.mean_length, 0.0);
+    EXPECT_LE(m.mean_length, 7.0);  // max_tokens + the <|endoftext|> a sample may end with
+    EXPECT_GT(m.entropy, 0.0);
+    EXPECT_EQ(m.mean_ratio, 1.0);  // one update per batch: the ratio is exactly 1
+    EXPECT_GE(m.uniform_groups, 0);
+  }
+  EXPECT_TRUE(a.evaluated);
+  // A random policy solves nothing: every group's rewards agree, so no step has a gradient and
+  // the weights come out exactly as they went in (no hidden term moves them).
+  int64_t uniform = 0;
+  for (const RlStepMetrics& m : a.steps) uniform += m.uniform_groups;
+  if (uniform == 9) {
+    const std::unique_ptr<Gpt> before = load_model(f.checkpoint),
+                               after = load_model(a.last_checkpoint);
+    EXPECT_TRUE(std::equal(before->params().values().begin(), before->params().values().end(),
+                           after->params().values().begin()));
+  }
+  // One thread, stopped after a step and resumed: the same bits.
+  RlOptions part = rl_options(f, f.dir.path() + "/part");
+  part.max_steps = 1;
+  ThreadPool one(1);
+  const ThreadPool::Use use(one);
+  run_rl(part);
+  part.max_steps = 0;
+  part.resume = true;
+  const RlResult b = run_rl(part);
+  EXPECT_EQ(b.steps_run, 2);
+  EXPECT_EQ(model_bytes(a.last_checkpoint), model_bytes(b.last_checkpoint));
+  for (size_t i = 0; i < b.steps.size(); ++i) {
+    EXPECT_EQ(b.steps[i].mean_reward, a.steps[i + 1].mean_reward);
+    EXPECT_EQ(b.steps[i].mean_length, a.steps[i + 1].mean_length);
+  }
+}
+
+TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {
+  Fixture f;
+  RlOptions o = rl_options(f, f.dir.path() + "/never");
+  o.temperature = 0;
+  EXPECT_THROW(run_rl(o), InputError);
+  o = rl_options(f, f.dir.path() + "/never");
+  o.group_size = 1;
+  EXPECT_THROW(run_rl(o), InputError);
+  o = rl_options(f, f.dir.path() + "/never");
+  o.loss.clip_low = 1.5;
+  EXPECT_THROW(run_rl(o), InputError);
+  o = rl_options(f, f.dir.path() + "/never");
+  o.tasks = "";
+  EXPECT_THROW(run_rl(o), InputError);
+  o = rl_options(f, f.dir.path() + "/never");
+  o.updates_per_batch = 2;
+  o.loss.objective = PolicyObjective::kReinforce;
+  EXPECT_THROW(run_rl(o), InputError);
+  EXPECT_FALSE(std::filesystem::exists(f.dir.path() + "/never"));
+}
+
+}  // namespace
+}  // namespace nanogpt
