@@ -9,7 +9,10 @@
 
 #include "data/chat_format.hpp"
 #include "model/model_io.hpp"
+#include "posttrain/dpo.hpp"
+#include "posttrain/preference_pairs.hpp"
 #include "posttrain/rl.hpp"
+#include "posttrain/sequence_batch.hpp"
 #include "posttrain/sft.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
@@ -258,6 +261,115 @@ TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {
   o.loss.objective = PolicyObjective::kReinforce;
   EXPECT_THROW(run_rl(o), InputError);
   EXPECT_FALSE(std::filesystem::exists(f.dir.path() + "/never"));
+}
+
+// The packed batch scores every marked token as the sequence alone would: packing changes
+// neither which tokens a token sees (each starts a document) nor, beyond float rounding of the
+// rotary positions, its log-probability.
+TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
+  Fixture f;
+  const std::unique_ptr<Gpt> model = load_model(f.checkpoint);
+  model->init_parameters(9);
+  Rng rng(3);
+  std::vector<std::vector<uint32_t>> ids;
+  std::vector<std::vector<uint8_t>> marks;
+  for (int k = 0; k < 23; ++k) {
+    const size_t len = 2 + rng.next_u64() % 40;
+    std::vector<uint32_t> s = {295};
+    std::vector<uint8_t> m = {0};
+    for (size_t i = 1; i < len; ++i) {
+      s.push_back(static_cast<uint32_t>(rng.next_u64() % 295));
+      m.push_back(rng.next_u64() % 3 == 0 ? 0 : 1);
+    }
+    ids.push_back(s);
+    marks.push_back(m);
+  }
+  SequenceBatch batch(ids, marks, 128, 295);
+  EXPECT_GT(batch.rows(), 1);
+  const std::vector<double> lp = batch.logprobs(*model, 2, 0.7f);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    std::vector<int32_t> in(ids[k].begin(), ids[k].end() - 1), tg(ids[k].begin() + 1, ids[k].end());
+    std::vector<float> per(in.size());
+    TokenLossT<float> tl;
+    tl.temperature = 0.7f;
+    model->forward_loss(in, tg, 2, per.data(), 0, tl);
+    int64_t j = batch.offsets()[k];
+    for (size_t i = 1; i < ids[k].size(); ++i) {
+      if (marks[k][i] == 0) continue;
+      EXPECT_NEAR(lp[static_cast<size_t>(j)], -per[i - 1], 1e-4)
+          << "sequence " << k << " token " << i;
+      ++j;
+    }
+    EXPECT_EQ(j, batch.offsets()[k + 1]);
+  }
+}
+
+std::string write_pairs(const std::string& path, int n) {
+  std::vector<PreferencePair> pairs;
+  const char* words[] = {"cat", "dog", "sun", "tea", "map", "pen", "cup", "hat"};
+  for (int i = 0; i < n; ++i) {
+    const std::string w = words[i % 8];
+    pairs.push_back(
+        {Conversation{{{ChatRole::kUser, "reverse " + w}}}, std::string(w.rbegin(), w.rend()), w});
+  }
+  write_preference_pairs(path, pairs);
+  return path;
+}
+
+DpoOptions dpo_options(const Fixture& f, const std::string& out) {
+  DpoOptions o;
+  o.checkpoint = f.checkpoint;
+  o.tokenizer = f.tokenizer;
+  o.tokenizer_record = f.tokenizer_record;
+  o.pairs = write_pairs(f.dir.path() + "/pairs.jsonl", 32);
+  o.run_dir = out;
+  o.epochs = 4;
+  o.pairs_per_step = 8;
+  o.lr_scale = 1.0;
+  return o;
+}
+
+TEST(PosttrainDpo, PrefersTheChosenRepliesAndResumesBitwise) {
+  Fixture f;
+  const DpoRunResult a = run_dpo(dpo_options(f, f.dir.path() + "/dpo"));
+  ASSERT_EQ(a.steps_run, 16);
+  // At step 1 the policy is the reference: every reward 0 (up to the float rounding of packing
+  // the sequences into other rows), the sigmoid loss log 2.
+  EXPECT_NEAR(a.history.front().loss, std::log(2.0), 1e-4);
+  EXPECT_NEAR(a.history.front().margin, 0.0, 1e-3);
+  // By the end the chosen replies are preferred.
+  EXPECT_GT(a.history.back().margin, 0.3);
+  EXPECT_EQ(a.history.back().accuracy, 1.0);
+  EXPECT_LT(a.history.back().loss, 0.75 * std::log(2.0));
+  DpoOptions part = dpo_options(f, f.dir.path() + "/part");
+  part.max_steps = 5;
+  ThreadPool one(1);
+  const ThreadPool::Use use(one);
+  run_dpo(part);
+  part.max_steps = 0;
+  part.resume = true;
+  const DpoRunResult b = run_dpo(part);
+  EXPECT_EQ(b.steps_run, 11);
+  EXPECT_EQ(model_bytes(a.last_checkpoint), model_bytes(b.last_checkpoint));
+}
+
+TEST(PosttrainDpo, RefusesBadInputBeforeWritingAnything) {
+  Fixture f;
+  DpoOptions o = dpo_options(f, f.dir.path() + "/never");
+  o.loss.beta = 0;
+  EXPECT_THROW(run_dpo(o), InputError);
+  o.loss.beta = 0.1;
+  write_file_atomic(o.pairs,
+                    "{\"prompt\": \"hi\", \"chosen\": \"a\", \"rejected\": \"b\"}\n"
+                    "{\"prompt\": \"hi\", \"chosen\": \"a\"}\n");
+  try {
+    run_dpo(o);
+    FAIL() << "a pair without its rejected reply";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("pairs.jsonl:2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rejected"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(o.run_dir));
 }
 
 }  // namespace

@@ -1,0 +1,270 @@
+#include "posttrain/dpo.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+
+#include "data/chat_format.hpp"
+#include "model/model_io.hpp"
+#include "optim/gpt_optimizer.hpp"
+#include "posttrain/finetune_optimizer.hpp"
+#include "posttrain/posttrain_checkpoint.hpp"
+#include "posttrain/preference_pairs.hpp"
+#include "posttrain/sequence_batch.hpp"
+#include "posttrain/sft.hpp"
+#include "posttrain/task_conversations.hpp"
+#include "runtime/build_info.hpp"
+#include "runtime/cpu_info.hpp"
+#include "runtime/error.hpp"
+#include "runtime/file_io.hpp"
+#include "runtime/random.hpp"
+#include "train/attention_window.hpp"
+#include "train/run_directory.hpp"
+#include "train/stop_signals.hpp"
+
+namespace nanogpt {
+
+namespace {
+
+// A pair as two rendered sequences with the reply's tokens marked.
+struct RenderedPair {
+  RenderedConversation chosen, rejected;
+};
+
+// Sequence log-probabilities of the marked tokens of `seqs` (sums per sequence), in batches.
+std::vector<double> sequence_logprobs(Gpt& model, int64_t window, int64_t seq_len, int32_t pad,
+                                      const std::vector<const RenderedConversation*>& seqs) {
+  std::vector<double> out;
+  constexpr size_t kBatch = 256;
+  for (size_t s0 = 0; s0 < seqs.size(); s0 += kBatch) {
+    std::vector<std::vector<uint32_t>> ids;
+    std::vector<std::vector<uint8_t>> marks;
+    for (size_t s = s0; s < std::min(seqs.size(), s0 + kBatch); ++s) {
+      ids.push_back(seqs[s]->ids);
+      marks.push_back(seqs[s]->loss_mask);
+    }
+    SequenceBatch batch(std::move(ids), std::move(marks), seq_len, pad);
+    const std::vector<double> lp = batch.logprobs(model, window, 1.0f);
+    for (int64_t k = 0; k < batch.sequences(); ++k) {
+      double sum = 0;
+      for (int64_t j = batch.offsets()[static_cast<size_t>(k)];
+           j < batch.offsets()[static_cast<size_t>(k) + 1]; ++j) {
+        sum += lp[static_cast<size_t>(j)];
+      }
+      out.push_back(sum);
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  Rng rng(seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(epoch) + 7);
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(i + 1));
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  }
+  return order;
+}
+
+}  // namespace
+
+DpoRunResult run_dpo(const DpoOptions& o) {
+  if (o.pairs.empty()) throw InputError("dpo: --pairs FILE.jsonl is required");
+  if (o.epochs < 1) throw InputError("dpo: --epochs must be >= 1");
+  if (o.pairs_per_step < 1) throw InputError("dpo: --pairs-per-step must be >= 1");
+  if (!(o.loss.beta > 0) || !std::isfinite(o.loss.beta)) {
+    throw InputError("dpo: --beta must be > 0 (TRL's default 0.1)");
+  }
+  const BpeTokenizer tokenizer = BpeTokenizer::load(o.tokenizer);
+  const ChatTokens chat = chat_tokens(tokenizer);
+  const std::string start_checkpoint =
+      o.resume ? find_latest_checkpoint(o.run_dir) : require_checkpoint(o.checkpoint);
+  if (o.resume && start_checkpoint.empty()) {
+    throw InputError("dpo --resume: no checkpoint under '" + o.run_dir + "/checkpoints'");
+  }
+  const Config c = read_checkpoint_config(start_checkpoint);
+  check_chat_vocabulary(c, tokenizer, chat, o.tokenizer);
+  const int64_t seq_len = c.train_seq_len;
+  const int64_t window =
+      o.window_blocks > 0 ? o.window_blocks : attention_window_at(c, c.num_iterations);
+  std::vector<TaskCell> eval_cells;
+  if (!o.eval_tasks.empty()) eval_cells = parse_task_mixture(o.eval_tasks);
+
+  const std::vector<PreferencePair> pairs = read_preference_pairs(o.pairs);
+  std::vector<RenderedPair> rendered;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const std::string where = o.pairs + ": pair " + std::to_string(i + 1);
+    rendered.push_back({render_conversation(with_reply(pairs[i].prompt, pairs[i].chosen), tokenizer,
+                                            chat, seq_len + 1, where + " (chosen)"),
+                        render_conversation(with_reply(pairs[i].prompt, pairs[i].rejected),
+                                            tokenizer, chat, seq_len + 1, where + " (rejected)")});
+  }
+  const auto n_pairs = static_cast<int64_t>(pairs.size());
+  const int64_t steps_per_epoch = (n_pairs + o.pairs_per_step - 1) / o.pairs_per_step;
+  const int64_t total_steps = steps_per_epoch * o.epochs;
+
+  Gpt model(c);
+  PosttrainState state;
+  state.stage = "dpo";
+  state.seed = o.seed;
+  std::string reference_checkpoint = start_checkpoint;
+  const Config oc = finetune_optimizer_config(c, o.lr_scale, o.cooldown_frac, total_steps);
+  GptOptimizer optimizer(model.params(), oc, model.precision());
+  if (o.resume) {
+    state = load_posttrain_state(start_checkpoint, "dpo", optimizer);
+    reference_checkpoint = state.extra.at("reference").get<std::string>();
+  } else {
+    import_pretraining_optimizer_state(start_checkpoint, optimizer);
+    state.extra["reference"] = std::filesystem::absolute(start_checkpoint).string();
+  }
+  // The reference's sequence log-probabilities, once: the reference's weights are loaded into
+  // the model, scored, then (on resume) the policy's replace them.
+  load_model_weights(model, reference_checkpoint);
+  const auto pad = static_cast<int32_t>(chat.bos);
+  std::vector<const RenderedConversation*> all;
+  for (const RenderedPair& p : rendered) {
+    all.push_back(&p.chosen);
+    all.push_back(&p.rejected);
+  }
+  const std::vector<double> reference = sequence_logprobs(model, window, seq_len, pad, all);
+  if (o.resume) load_model_weights(model, start_checkpoint);
+
+  const RunDirectory run(o.run_dir);
+  if (o.resume) {
+    run.truncate_metrics(state.step);
+  } else {
+    run.start_metrics();
+    nlohmann::ordered_json record = {
+        {"stage", "dpo"},
+        {"from_checkpoint", std::filesystem::absolute(start_checkpoint).string()},
+        {"pairs_file", o.pairs},
+        {"pairs", n_pairs},
+        {"loss", dpo_loss_kind_name(o.loss.kind)},
+        {"beta", o.loss.beta},
+        {"epochs", o.epochs},
+        {"pairs_per_step", o.pairs_per_step},
+        {"steps", total_steps},
+        {"lr_scale", o.lr_scale},
+        {"cooldown_frac", o.cooldown_frac},
+        {"seed", o.seed},
+        {"window_blocks", window},
+        {"tokenizer", o.tokenizer_record},
+        {"config", config_to_json(c)},
+        {"revision", build_revision()},
+        {"cpu", cpu_info().model_name},
+        {"command", o.command_line}};
+    write_file_atomic(o.run_dir + "/run.json", record.dump(2) + "\n");
+  }
+
+  DpoRunResult result;
+  result.steps = total_steps;
+  std::unique_ptr<ModelScorer> scorer;
+  auto evaluate_now = [&](int64_t step) {
+    if (!scorer) scorer = std::make_unique<ModelScorer>(model, window);
+    ChatEvalOptions eo = o.eval;
+    eo.max_prompt_tokens = seq_len;
+    ChatEvalResult r = evaluate_chat_tasks(*scorer, tokenizer, chat, eval_cells, eo);
+    run.append_metrics(chat_eval_json(r, step));
+    result.evaluated = true;
+    std::fprintf(stderr, "dpo: step %lld: held-out pass@1 %.3f\n", static_cast<long long>(step),
+                 r.pass_at_1);
+    return r;
+  };
+  if (!eval_cells.empty() && !o.resume) result.before = evaluate_now(0);
+
+  const StopSignalScope signals(false);
+  int64_t step = state.step;
+  std::vector<int64_t> order;
+  int64_t order_epoch = -1;
+  auto save = [&](int64_t at_step, double loss) {
+    state.step = at_step;
+    result.last_checkpoint =
+        save_posttrain_state(o.run_dir, state, model, optimizer, loss, o.tokenizer_record);
+  };
+  double last_loss = 0;
+  while (step < total_steps) {
+    if (stop_requested() || (o.max_steps > 0 && result.steps_run == o.max_steps)) {
+      result.interrupted = true;
+      break;
+    }
+    const int64_t epoch = step / steps_per_epoch;
+    if (epoch != order_epoch) {
+      order = epoch_order(n_pairs, o.seed, epoch);
+      order_epoch = epoch;
+    }
+    const int64_t first = (step % steps_per_epoch) * o.pairs_per_step;
+    const int64_t last = std::min(n_pairs, first + o.pairs_per_step);
+    std::vector<std::vector<uint32_t>> ids;
+    std::vector<std::vector<uint8_t>> marks;
+    std::vector<double> ref_c, ref_r;
+    for (int64_t i = first; i < last; ++i) {
+      const auto p = static_cast<size_t>(order[static_cast<size_t>(i)]);
+      ids.push_back(rendered[p].chosen.ids);
+      marks.push_back(rendered[p].chosen.loss_mask);
+      ids.push_back(rendered[p].rejected.ids);
+      marks.push_back(rendered[p].rejected.loss_mask);
+      ref_c.push_back(reference[2 * p]);
+      ref_r.push_back(reference[2 * p + 1]);
+    }
+    SequenceBatch batch(std::move(ids), std::move(marks), seq_len, pad);
+    const std::vector<double> lp = batch.logprobs(model, window, 1.0f);
+    std::vector<double> pol_c, pol_r;
+    for (int64_t k = 0; k < batch.sequences(); ++k) {
+      double sum = 0;
+      for (int64_t j = batch.offsets()[static_cast<size_t>(k)];
+           j < batch.offsets()[static_cast<size_t>(k) + 1]; ++j) {
+        sum += lp[static_cast<size_t>(j)];
+      }
+      (k % 2 == 0 ? pol_c : pol_r).push_back(sum);
+    }
+    const DpoResult loss = dpo_loss(DpoLogps{pol_c, pol_r, ref_c, ref_r}, o.loss);
+    // Each token of a reply carries its sequence's gradient (the sequence's log-probability is
+    // the sum of its tokens').
+    std::vector<double> grad(lp.size());
+    for (int64_t k = 0; k < batch.sequences(); ++k) {
+      const double g = k % 2 == 0 ? loss.grad_policy_chosen[static_cast<size_t>(k / 2)]
+                                  : loss.grad_policy_rejected[static_cast<size_t>(k / 2)];
+      for (int64_t j = batch.offsets()[static_cast<size_t>(k)];
+           j < batch.offsets()[static_cast<size_t>(k) + 1]; ++j) {
+        grad[static_cast<size_t>(j)] = g;
+      }
+    }
+    model.zero_grads();
+    batch.backward(model, window, 1.0f, grad);
+    optimizer.step(model.params(), model.grads(), step);
+    ++step;
+    ++result.steps_run;
+    last_loss = loss.loss;
+    DpoStepMetrics m{step,
+                     loss.loss,
+                     loss.reward_chosen,
+                     loss.reward_rejected,
+                     loss.reward_margin,
+                     loss.reward_accuracy};
+    result.history.push_back(m);
+    run.append_metrics({{"step", step},
+                        {"loss", m.loss},
+                        {"rewards/chosen", m.reward_chosen},
+                        {"rewards/rejected", m.reward_rejected},
+                        {"rewards/margins", m.margin},
+                        {"rewards/accuracies", m.accuracy}});
+    const bool at_end = step == total_steps;
+    if (!eval_cells.empty() && (at_end || (o.eval_every > 0 && step % o.eval_every == 0))) {
+      result.after = evaluate_now(step);
+    }
+    if (!at_end && o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save(step, m.loss);
+  }
+  if (result.steps_run > 0) {
+    save(step, last_loss);
+  } else {
+    result.last_checkpoint = start_checkpoint;
+  }
+  std::fprintf(stderr, "dpo: %lld steps, last loss %.4f\n", static_cast<long long>(step),
+               last_loss);
+  return result;
+}
+
+}  // namespace nanogpt
