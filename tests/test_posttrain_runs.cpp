@@ -124,6 +124,11 @@ TEST(PosttrainSft, LearnsTheAssistantTokensAndCheckpointsAsAnyRun) {
   EXPECT_EQ(meta["tokenizer"]["spec"], f.tokenizer);
   const auto run = nlohmann::json::parse(read_file(o.run_dir + "/run.json"));
   EXPECT_EQ(run["conversations"], 64);
+  // The run drew its curves: the loss panel has a line, the pass@1 panel (no task mixture, so
+  // no evaluation) says it has no points.
+  const std::string svg = read_file(o.run_dir + "/curves.svg");
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg.find("held-out pass@1 (no points)"), std::string::npos);
 }
 
 TEST(PosttrainSft, ResumeAndThreadCountGiveTheSameBits) {

@@ -11,6 +11,7 @@
 #include "posttrain/finetune_optimizer.hpp"
 #include "posttrain/posttrain_checkpoint.hpp"
 #include "posttrain/preference_pairs.hpp"
+#include "posttrain/run_curves.hpp"
 #include "posttrain/sequence_batch.hpp"
 #include "posttrain/sft.hpp"
 #include "posttrain/task_conversations.hpp"
@@ -264,6 +265,11 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   }
   std::fprintf(stderr, "dpo: %lld steps, last loss %.4f\n", static_cast<long long>(step),
                last_loss);
+  write_run_curves(o.run_dir,
+                   {{"loss", "/loss"},
+                    {"reward margin", "/rewards~1margins"},
+                    {"held-out pass@1", "/eval/pass@1"}},
+                   "nanogpt dpo: " + o.run_dir);
   return result;
 }
 

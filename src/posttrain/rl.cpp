@@ -15,6 +15,7 @@
 #include "posttrain/finetune_optimizer.hpp"
 #include "posttrain/posttrain_checkpoint.hpp"
 #include "posttrain/row_packing.hpp"
+#include "posttrain/run_curves.hpp"
 #include "posttrain/sft.hpp"
 #include "posttrain/task_conversations.hpp"
 #include "runtime/build_info.hpp"
@@ -420,6 +421,12 @@ RlResult run_rl(const RlOptions& o) {
   } else {
     result.last_checkpoint = start_checkpoint;
   }
+  write_run_curves(o.run_dir,
+                   {{"mean reward", "/reward"},
+                    {"held-out pass@1", "/eval/pass@1"},
+                    {"completion tokens", "/length"},
+                    {"zero-variance groups", "/uniform_fraction"}},
+                   "nanogpt rl: " + o.run_dir);
   return result;
 }
 

@@ -14,6 +14,7 @@
 #include "posttrain/finetune_optimizer.hpp"
 #include "posttrain/posttrain_checkpoint.hpp"
 #include "posttrain/row_packing.hpp"
+#include "posttrain/run_curves.hpp"
 #include "posttrain/task_conversations.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cpu_info.hpp"
@@ -314,6 +315,11 @@ SftResult run_sft(const SftOptions& o) {
     result.last_checkpoint = start_checkpoint;
   }
   if (result.evaluated && step == total_steps) print_eval("after", result.after);
+  write_run_curves(o.run_dir,
+                   {{"loss (assistant tokens)", "/loss"},
+                    {"held-out pass@1", "/eval/pass@1"},
+                    {"held-out reply tokens", "/eval/reply_tokens"}},
+                   "nanogpt sft: " + o.run_dir);
   return result;
 }
 
