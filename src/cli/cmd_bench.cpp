@@ -285,6 +285,7 @@ void register_bench(CLI::App& app) {
   register_bench_encode(*bench);
   register_bench_train(*bench);
   register_bench_comm(*bench);
+  register_bench_rollout(*bench);
 }
 
 }  // namespace nanogpt::cli

@@ -11,7 +11,8 @@ void register_encode(CLI::App& app);
 void register_decode(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_bench(CLI::App& app);
-void register_bench_comm(CLI::App& bench);  // cmd_bench_comm.cpp, under `bench`
+void register_bench_comm(CLI::App& bench);     // cmd_bench_comm.cpp, under `bench`
+void register_bench_rollout(CLI::App& bench);  // cmd_bench_rollout.cpp, under `bench`
 void register_info(CLI::App& app);
 void register_train(CLI::App& app);
 void register_eval(CLI::App& app);

@@ -14,6 +14,7 @@
 #include "optim/gpt_optimizer.hpp"
 #include "posttrain/finetune_optimizer.hpp"
 #include "posttrain/posttrain_checkpoint.hpp"
+#include "posttrain/rollouts.hpp"
 #include "posttrain/row_packing.hpp"
 #include "posttrain/run_curves.hpp"
 #include "posttrain/sft.hpp"
@@ -22,7 +23,6 @@
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
-#include "runtime/random.hpp"
 #include "train/attention_window.hpp"
 #include "train/run_directory.hpp"
 #include "train/stop_signals.hpp"
@@ -78,14 +78,6 @@ struct Completion {
   double reward = 0;
   bool ended = false;
 };
-
-uint64_t sample_seed(uint64_t seed, int64_t step, size_t prompt, int64_t sample) {
-  Rng mix(seed ^ 0xA0761D6478BD642Full);
-  uint64_t s = mix.next_u64() + static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull;
-  s ^= (static_cast<uint64_t>(prompt) + 1) * 0xBF58476D1CE4E5B9ull;
-  s ^= (static_cast<uint64_t>(sample) + 1) * 0x94D049BB133111EBull;
-  return Rng(s).next_u64();
-}
 
 }  // namespace
 
@@ -180,10 +172,13 @@ RlResult run_rl(const RlOptions& o) {
   const StopSignalScope signals(false);
   const int64_t rows_per_pass = std::max<int64_t>(1, c.micro_batch_tokens / seq_len);
   const auto P = static_cast<size_t>(o.prompts_per_step);
-  const auto G = static_cast<size_t>(o.group_size);
-  SamplingSettings sampling;
-  sampling.temperature = o.temperature;
-  sampling.top_k = o.top_k;
+  RolloutSampling rollout;
+  rollout.group_size = o.group_size;
+  rollout.max_tokens = o.max_tokens;
+  rollout.sampling.temperature = o.temperature;
+  rollout.sampling.top_k = o.top_k;
+  rollout.seed = o.seed;
+  rollout.assistant_end = chat.assistant_end;
   const uint32_t end = chat.assistant_end;
   int64_t step = state.step;
   auto save = [&](int64_t at_step, double loss) {
@@ -202,42 +197,23 @@ RlResult run_rl(const RlOptions& o) {
     RlStepMetrics m;
     m.step = step + 1;
     // 1. Prompts: the mixture's train problems s·P .. s·P + P - 1, cells interleaved.
-    std::vector<TaskInstance> problems;
+    const std::vector<TaskInstance> problems =
+        rollout_problems(cells, o.seed, step, o.prompts_per_step);
     std::vector<std::vector<uint32_t>> prompts;
-    for (size_t i = 0; i < P; ++i) {
-      const uint64_t index = static_cast<uint64_t>(step) * P + i;
-      const TaskCell& cell = cells[index % cells.size()];
-      problems.push_back(
-          generate_task(cell.family, cell.level, TaskSplit::kTrain, o.seed, index / cells.size()));
-      std::vector<uint32_t> ids =
-          render_prompt(task_prompt_conversation(problems.back()), tokenizer, chat,
-                        seq_len + 1 - o.max_tokens, "train problem " + problems.back().canonical);
-      ids.erase(ids.begin());  // the scorer starts every sequence with <|endoftext|>
-      prompts.push_back(std::move(ids));
+    for (const TaskInstance& problem : problems) {
+      prompts.push_back(rollout_prompt(problem, tokenizer, chat, seq_len, o.max_tokens));
     }
     // 2. Sampling: every prompt's group in one batched decode.
     Clock::time_point t0 = Clock::now();
-    std::vector<std::vector<Rng>> rngs(P);
-    std::vector<GenerateRequest> requests(P);
-    for (size_t i = 0; i < P; ++i) {
-      for (size_t g = 0; g < G; ++g) {
-        rngs[i].emplace_back(sample_seed(o.seed, step, i, static_cast<int64_t>(g)));
-      }
-      requests[i].prompt = prompts[i];
-      requests[i].max_tokens = o.max_tokens;
-      requests[i].settings = sampling;
-      requests[i].rngs = &rngs[i];
-      requests[i].stop_here = [end](const std::vector<uint32_t>& t) {
-        return !t.empty() && t.back() == end;
-      };
-    }
-    const std::vector<std::vector<GeneratedSample>> samples = scorer.generate(requests);
+    rollout.step = step;
+    const std::vector<std::vector<GeneratedSample>> samples =
+        sample_completions(scorer, prompts, rollout);
     m.sample_s = seconds_since(t0);
     // 3. Scoring.
     t0 = Clock::now();
     std::vector<Completion> completions;
     std::vector<double> rewards;
-    double sampled_tokens = 0;
+    double step_tokens = 0;
     for (size_t i = 0; i < P; ++i) {
       for (const GeneratedSample& s : samples[i]) {
         Completion k;
@@ -250,7 +226,7 @@ RlResult run_rl(const RlOptions& o) {
         if (s.hit_eot) k.tokens.push_back(static_cast<uint32_t>(c.eot_id));
         k.reward = verify(problems[i], tokenizer.decode(text_ids)).value;
         rewards.push_back(k.reward);
-        sampled_tokens += static_cast<double>(k.tokens.size());
+        step_tokens += static_cast<double>(k.tokens.size());
         m.mean_reward += k.reward;
         m.pass_rate += k.reward >= 1.0 ? 1.0 : 0.0;
         m.mean_length += static_cast<double>(k.tokens.size());
@@ -261,7 +237,7 @@ RlResult run_rl(const RlOptions& o) {
     m.mean_reward /= n_completions;
     m.pass_rate /= n_completions;
     m.mean_length /= n_completions;
-    m.rollout_tokens_per_s = sampled_tokens / m.sample_s;
+    m.rollout_tokens_per_s = step_tokens / m.sample_s;
     std::vector<double> advantages;
     if (o.estimator == AdvantageEstimator::kReinforceEma) {
       advantages = ema_advantages(rewards, ema);
