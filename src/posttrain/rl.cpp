@@ -15,7 +15,7 @@
 #include "posttrain/finetune_optimizer.hpp"
 #include "posttrain/posttrain_checkpoint.hpp"
 #include "posttrain/rollouts.hpp"
-#include "posttrain/row_packing.hpp"
+#include "posttrain/sequence_batch.hpp"
 #include "posttrain/run_curves.hpp"
 #include "posttrain/sft.hpp"
 #include "posttrain/task_conversations.hpp"
@@ -170,7 +170,6 @@ RlResult run_rl(const RlOptions& o) {
   if (o.evaluate && !o.resume) result.before = evaluate_now(0);
 
   const StopSignalScope signals(false);
-  const int64_t rows_per_pass = std::max<int64_t>(1, c.micro_batch_tokens / seq_len);
   const auto P = static_cast<size_t>(o.prompts_per_step);
   RolloutSampling rollout;
   rollout.group_size = o.group_size;
@@ -187,8 +186,6 @@ RlResult run_rl(const RlOptions& o) {
     result.last_checkpoint =
         save_posttrain_state(o.run_dir, state, model, optimizer, loss, o.tokenizer_record);
   };
-  std::vector<int32_t> inputs, targets;
-  std::vector<float> per_token, entropy, weights;
   while (step < o.steps) {
     if (stop_requested() || (o.max_steps > 0 && result.steps_run == o.max_steps)) {
       result.interrupted = true;
@@ -251,106 +248,44 @@ RlResult run_rl(const RlOptions& o) {
     m.uniform_fraction = static_cast<double>(m.uniform_groups) / static_cast<double>(P);
     m.score_s = seconds_since(t0);
 
-    // 4. Training: the completions packed into rows; each counted token's place in them.
+    // 4. Training: each completion after its prompt, its sampled tokens marked.
     t0 = Clock::now();
     std::vector<std::vector<uint32_t>> seq_ids(completions.size());
-    std::vector<std::vector<uint8_t>> seq_mask(completions.size());
-    std::vector<int64_t> offsets = {0};
+    std::vector<std::vector<uint8_t>> seq_marks(completions.size());
     for (size_t k = 0; k < completions.size(); ++k) {
       const Completion& cp = completions[k];
       seq_ids[k].push_back(chat.bos);
       seq_ids[k].insert(seq_ids[k].end(), prompts[cp.problem].begin(), prompts[cp.problem].end());
-      seq_mask[k].assign(seq_ids[k].size(), 0);
+      seq_marks[k].assign(seq_ids[k].size(), 0);
       seq_ids[k].insert(seq_ids[k].end(), cp.tokens.begin(), cp.tokens.end());
-      seq_mask[k].resize(seq_ids[k].size(), 1);
-      offsets.push_back(offsets.back() + static_cast<int64_t>(cp.tokens.size()));
+      seq_marks[k].resize(seq_ids[k].size(), 1);
     }
-    std::vector<PackItem> items;
-    for (size_t k = 0; k < completions.size(); ++k) items.push_back({seq_ids[k], seq_mask[k]});
-    const PackedRows rows = pack_rows(items, seq_len, static_cast<int32_t>(chat.bos),
-                                      [](size_t k) { return "completion " + std::to_string(k); });
-    // position[j]: the row-major input position whose target is counted token j.
-    std::vector<int64_t> position(static_cast<size_t>(offsets.back()));
-    for (int64_t r = 0; r < rows.rows; ++r) {
-      int64_t at = 0;
-      for (int64_t k : rows.items[static_cast<size_t>(r)]) {
-        const auto& cp = completions[static_cast<size_t>(k)];
-        const int64_t first =
-            at + static_cast<int64_t>(seq_ids[static_cast<size_t>(k)].size() - cp.tokens.size());
-        for (size_t t = 0; t < cp.tokens.size(); ++t) {
-          position[static_cast<size_t>(offsets[static_cast<size_t>(k)]) + t] =
-              r * seq_len + first + static_cast<int64_t>(t) - 1;
-        }
-        at += static_cast<int64_t>(seq_ids[static_cast<size_t>(k)].size());
-      }
-    }
-    const std::vector<uint8_t> counted(static_cast<size_t>(offsets.back()), 1);
-    const SequenceLayout layout{offsets, counted};
+    SequenceBatch batch(std::move(seq_ids), std::move(seq_marks), seq_len,
+                        static_cast<int32_t>(chat.bos));
+    const std::vector<uint8_t> counted(static_cast<size_t>(batch.marked_tokens()), 1);
+    const SequenceLayout layout{batch.offsets(), counted};
     const std::vector<double> token_advantages = advantages_per_token(layout, advantages);
-    const int64_t T = rows.rows * seq_len;
-    per_token.resize(static_cast<size_t>(T));
-    entropy.resize(static_cast<size_t>(T));
-    // Runs `fn(inputs, targets, first_row)` over the rows in micro-batches.
-    auto over_rows = [&](auto&& fn) {
-      for (int64_t r0 = 0; r0 < rows.rows; r0 += rows_per_pass) {
-        const int64_t r1 = std::min(rows.rows, r0 + rows_per_pass);
-        inputs.clear();
-        targets.clear();
-        for (int64_t r = r0; r < r1; ++r) {
-          const auto in = rows.row_inputs(r), tg = rows.row_targets(r);
-          inputs.insert(inputs.end(), in.begin(), in.end());
-          targets.insert(targets.end(), tg.begin(), tg.end());
-        }
-        fn(r0, r1);
-      }
-    };
-    auto logprobs_of = [&](Gpt& net, bool with_entropy) {
-      over_rows([&](int64_t r0, int64_t) {
-        TokenLossT<float> tl;
-        tl.temperature = static_cast<float>(o.temperature);
-        tl.entropy = with_entropy ? entropy.data() + r0 * seq_len : nullptr;
-        net.forward_loss(inputs, targets, window, per_token.data() + r0 * seq_len, seq_len, tl);
-      });
-      std::vector<double> lp(position.size());
-      for (size_t j = 0; j < position.size(); ++j) {
-        lp[j] = -static_cast<double>(per_token[static_cast<size_t>(position[j])]);
-      }
-      return lp;
-    };
+    const auto temperature = static_cast<float>(o.temperature);
     std::vector<double> logp_ref;
-    if (reference) logp_ref = logprobs_of(*reference, false);
-    std::vector<double> logp_old;
-    double entropy_sum = 0;
+    if (reference) logp_ref = batch.logprobs(*reference, window, temperature);
+    std::vector<double> logp_old, entropy;
     for (int64_t u = 0; u < o.updates_per_batch; ++u) {
-      const std::vector<double> logp = logprobs_of(model, u == 0);
-      if (u == 0) {
-        logp_old = logp;
-        for (int64_t pos : position) entropy_sum += entropy[static_cast<size_t>(pos)];
-      }
-      PolicyTokens batch;
-      batch.layout = layout;
-      batch.logp = logp;
-      batch.logp_old = logp_old;
-      batch.logp_ref = logp_ref;
-      batch.advantages = token_advantages;
+      const std::vector<double> logp =
+          batch.logprobs(model, window, temperature, u == 0 ? &entropy : nullptr);
+      if (u == 0) logp_old = logp;
+      PolicyTokens tokens;
+      tokens.layout = layout;
+      tokens.logp = logp;
+      tokens.logp_old = logp_old;
+      tokens.logp_ref = logp_ref;
+      tokens.advantages = token_advantages;
       PolicyLossConfig lc = o.loss;
       if (lc.aggregation.mode == LossAggregation::kConstant && lc.aggregation.max_length == 0) {
         lc.aggregation.max_length = o.max_tokens + 1;  // + the <|endoftext|> a sample may end with
       }
-      const PolicyLossResult pl = policy_loss(batch, lc);
-      // The row weight of token t is -dL/dlogp_t: Σ_t w_t·(-logp_t) then has L's gradient.
-      weights.assign(static_cast<size_t>(T), 0.0f);
-      for (size_t j = 0; j < position.size(); ++j) {
-        weights[static_cast<size_t>(position[j])] = static_cast<float>(-pl.grad_logp[j]);
-      }
+      const PolicyLossResult pl = policy_loss(tokens, lc);
       model.zero_grads();
-      over_rows([&](int64_t r0, int64_t r1) {
-        TokenLossT<float> tl;
-        tl.temperature = static_cast<float>(o.temperature);
-        tl.weights = std::span<const float>(weights.data() + r0 * seq_len,
-                                            static_cast<size_t>((r1 - r0) * seq_len));
-        model.forward_backward(inputs, targets, window, 1.0f, seq_len, nullptr, tl);
-      });
+      batch.backward(model, window, temperature, pl.grad_logp);
       optimizer.step(model.params(), model.grads(), step * o.updates_per_batch + u);
       if (u == 0) {
         m.loss = pl.loss;
@@ -359,7 +294,9 @@ RlResult run_rl(const RlOptions& o) {
         m.mean_ratio = pl.mean_ratio;
       }
     }
-    m.entropy = entropy_sum / static_cast<double>(position.size());
+    double entropy_sum = 0;
+    for (double e : entropy) entropy_sum += e;
+    m.entropy = entropy_sum / static_cast<double>(entropy.size());
     m.train_s = seconds_since(t0);
     ++step;
     ++result.steps_run;
