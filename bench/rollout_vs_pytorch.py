@@ -266,8 +266,10 @@ def main():
     for name, r, precision, length in rows:
         if r is not None:
             print(f"{name:18}{r:10.1f}  {precision:>9}  {length:11.1f}")
-    print(f"ours / PyTorch: batched {ratio(rate(ob), rate(tb))}x (target >= 3x), "
-          f"batch-1 {ratio(rate(o1), rate(t1))}x")
+    line = f"ours / PyTorch: batched {ratio(rate(ob), rate(tb))}x (target >= 3x)"
+    if o1 and t1:
+        line += f", batch-1 {ratio(rate(o1), rate(t1))}x"
+    print(line)
     for side, (before, after) in loads.items():
         print(f"load average {side}: {before} -> {after}")
     for mode, c in checks.items():
