@@ -125,9 +125,11 @@ class Model:
     def rms(x):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + RMS_EPS)
 
-    def rotary(self, x, cos, sin):  # x [B, T, H, D]
+    def rotary(self, x, cos, sin):  # x [B, T, H, D]; cos, sin [T, D/2] or per row [B, T, D/2]
         x1, x2 = x.chunk(2, dim=-1)
-        cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+        if cos.dim() == 2:
+            cos, sin = cos[None], sin[None]
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]
         return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
 
     def head(self, x):
@@ -135,22 +137,35 @@ class Model:
         logits = F.linear(x, self.w["lm_head.weight"]).float()
         return self.cfg["logit_softcap"] * torch.sigmoid(logits / (7.5 * math.sqrt(self.d)))
 
-    def forward(self, tokens, past=None, last_only=False, hidden=False):
+    def forward(self, tokens, past=None, last_only=False, hidden=False, pad=None):
         """tokens [B, T] (positions continue after `past`); returns capped logits [B, T or 1, Vp]
         (fp32), or with hidden=True the final-norm rows [B, T, d] (apply head() to the rows that
-        matter), and the new cache (a list of (k, v) [B, H, T_all, D] per attention layer)."""
+        matter), and the new cache (a list of (k, v) [B, H, T_all, D] per attention layer).
+        pad [B] (left padding, as batched generation of prompts of different lengths needs): row
+        b's first pad[b] positions are filler; its tokens' positions start after them and no
+        token attends to them (a filler token to itself only, so its row stays finite)."""
         w, L, H, D, HD = self.w, self.L, self.H, self.D, self.H * self.D
         B, T = tokens.shape
         p0 = 0 if past is None else next(kv[0].shape[2] for kv in past if kv is not None)
         qpos = torch.arange(p0, p0 + T)
         kpos = torch.arange(p0 + T)
-        theta = qpos.to(torch.float64)[:, None] * self.freq[None, :]
-        cos, sin = theta.cos().float(), theta.sin().float()
-        # Sequences here start with EOT and hold no other: one document, the mask is causal
-        # within the window.
-        causal = kpos[None, :] <= qpos[:, None]
-        masks = {wb: causal & ((qpos[:, None] // BLOCK_SIZE - kpos[None, :] // BLOCK_SIZE) < wb)
-                 for wb in {self.layer_window(i) for i in range(L)}}
+        layer_windows = {self.layer_window(i) for i in range(L)}
+        if pad is None:
+            theta = qpos.to(torch.float64)[:, None] * self.freq[None, :]
+            cos, sin = theta.cos().float(), theta.sin().float()
+            # Sequences here start with EOT and hold no other: one document, the mask is causal
+            # within the window.
+            causal = kpos[None, :] <= qpos[:, None]
+            masks = {wb: causal & ((qpos[:, None] // BLOCK_SIZE - kpos[None, :] // BLOCK_SIZE) < wb)
+                     for wb in layer_windows}
+        else:
+            q_real, k_real = qpos[None, :] - pad[:, None], kpos[None, :] - pad[:, None]  # [B, T]
+            theta = q_real.to(torch.float64)[:, :, None] * self.freq[None, None, :]
+            cos, sin = theta.cos().float(), theta.sin().float()
+            causal = kpos[None, None, :] <= qpos[None, :, None]
+            visible = (k_real >= 0)[:, None, :] | (kpos[None, None, :] == qpos[None, :, None])
+            blocks = q_real[:, :, None] // BLOCK_SIZE - k_real[:, None, :] // BLOCK_SIZE
+            masks = {wb: (causal & visible & (blocks < wb))[:, None] for wb in layer_windows}
         x = x0 = self.rms(F.embedding(tokens, w["embed.weight"]))
         skips, n, new_past = [], L // 2, []
         for i in range(L):
