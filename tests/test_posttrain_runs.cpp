@@ -15,51 +15,14 @@
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "runtime/thread_pool.hpp"
+#include "support/chat_checkpoint.hpp"
 #include "support/fixtures.hpp"
 #include "support/model.hpp"
 
 namespace nanogpt {
 namespace {
 
-const std::vector<std::string> kChatSpecials = {"<|endoftext|>", "<|user_start|>", "<|user_end|>",
-                                                "<|assistant_start|>", "<|assistant_end|>"};
-
-// 256 bytes, 39 merges and the five specials: 300 tokens, micro_config's vocabulary.
-BpeTokenizer chat_micro_tokenizer(bool with_chat_tokens = true) {
-  std::vector<std::pair<uint32_t, uint32_t>> merges;
-  const std::string common = "etaoinshrdlucmfwypvbgk";
-  for (char ch : common) merges.emplace_back(static_cast<uint32_t>(' '), static_cast<uint32_t>(ch));
-  const size_t count = with_chat_tokens ? 39 : 43;
-  for (size_t i = 0; merges.size() < count; ++i) {
-    merges.emplace_back(static_cast<uint32_t>(common[i]), static_cast<uint32_t>(' '));
-  }
-  return BpeTokenizer::from_merges(
-      merges, with_chat_tokens ? kChatSpecials : std::vector<std::string>{"<|endoftext|>"});
-}
-
-// A directory with tokenizer.json and a "pre-trained" checkpoint of a randomly initialised
-// micro model (weights only, as an imported checkpoint would be).
-struct Fixture {
-  TempDir dir;
-  std::string tokenizer, checkpoint;
-  nlohmann::json tokenizer_record;
-  explicit Fixture(bool with_chat_tokens = true) {
-    const BpeTokenizer tok = chat_micro_tokenizer(with_chat_tokens);
-    tokenizer = dir.path() + "/tokenizer.json";
-    write_file_atomic(tokenizer, tok.to_json());
-    Config c = micro_config();
-    c.eot_id = static_cast<int64_t>(tok.eot_id());
-    Gpt model(c);
-    model.init_parameters(5);
-    CheckpointContents cc;
-    cc.model = model_tensors(model);
-    cc.model_metadata["format"] = "pt";
-    cc.model_metadata["config"] = config_to_json(c).dump();
-    tokenizer_record = {{"spec", tokenizer}};
-    cc.meta = {{"step", 0}, {"tokenizer", tokenizer_record}};
-    checkpoint = save_checkpoint(dir.path() + "/pretrain", 0, cc);
-  }
-};
+using Fixture = ChatMicroCheckpoint;
 
 // Conversations of a tiny skill: the reply is the user's word reversed.
 std::string write_conversations(const std::string& path, int n) {
