@@ -1,6 +1,6 @@
-// Chatting with a checkpoint (posttrain/chat_session.hpp) on a micro model: replies
-// reproducible from the seed, the history and the prompts built from it, old exchanges
-// forgotten when the context is full.
+// Chatting with a checkpoint (posttrain/chat_session.hpp, `nanogpt chat`) on a micro model:
+// replies reproducible from the seed, the history and the prompts built from it, old exchanges
+// forgotten when the context is full, and the command's loop and errors end to end.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -241,6 +241,69 @@ TEST(ChatSession, RefusesWhatCannotWork) {
   EXPECT_NE(message_of([&] { s.reply("ok \xff"); }).find("not valid UTF-8 at byte 3"),
             std::string::npos);
   EXPECT_TRUE(s.history().messages.empty());
+}
+
+std::string chat_command(const ChatMicroCheckpoint& f) {
+  return "chat --checkpoint " + f.checkpoint + " --max-tokens 8 --seed 5";
+}
+
+TEST(ChatCli, TalksKeepsHistoryAndClearsIt) {
+  ChatMicroCheckpoint f;
+  const std::string input = "hello\n/history\n/clear\n/history\n/quit\nnever sent\n";
+  const CommandResult r = run_nanogpt(chat_command(f), input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string& out = r.out;
+  // No prompt when stdin is not a terminal; one reply; the history before and after /clear.
+  EXPECT_EQ(out.find("you>"), std::string::npos) << out;
+  const size_t reply = out.find("assistant> ");
+  ASSERT_NE(reply, std::string::npos) << out;
+  EXPECT_EQ(out.find("assistant> ", reply + 1), std::string::npos) << out;
+  const size_t user = out.find("user: hello\n", reply);
+  ASSERT_NE(user, std::string::npos) << out;
+  EXPECT_NE(out.find("assistant: ", user), std::string::npos) << out;
+  const size_t cleared = out.find("(history cleared)", user);
+  ASSERT_NE(cleared, std::string::npos) << out;
+  EXPECT_NE(out.find("(no messages)", cleared), std::string::npos) << out;
+  EXPECT_EQ(out.find("user: ", cleared), std::string::npos) << out;
+  // The same seed, the same transcript.
+  EXPECT_EQ(run_nanogpt(chat_command(f), input).out, out);
+}
+
+TEST(ChatCli, CommandsChangeTheSamplingAndBadOnesAreReportedNotFatal) {
+  ChatMicroCheckpoint f;
+  const CommandResult r = run_nanogpt(
+      chat_command(f) + " --system 'Be brief.'",
+      "/temperature 0\n/topk 3\n/temperature hot\n/topk -1\n/nonsense\n/help\nhi\n/history\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;  // EOF ends the chat too
+  EXPECT_NE(r.out.find("temperature 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("top-k 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("/temperature"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/topk"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown command /nonsense"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("/clear"), std::string::npos) << r.out;  // the help
+  EXPECT_NE(r.out.find("system: Be brief.\nuser: hi\n"), std::string::npos) << r.out;
+  // The greedy reply of the zero head is byte 0 eight times: shown escaped, never raw.
+  EXPECT_NE(r.out.find("assistant> \\x00\\x00"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\0'), std::string::npos);
+}
+
+TEST(ChatCli, ACheckpointItCannotChatWithExitsWithTheFix) {
+  ChatMicroCheckpoint plain(false);  // its tokenizer predates the chat tokens
+  CommandResult r = run_nanogpt(chat_command(plain), "hello\n");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("<|user_start|>"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nanogpt tokenizer train"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("assistant> "), std::string::npos) << r.out;
+
+  // A tokenizer with the chat tokens but another vocabulary than the model's.
+  ChatMicroCheckpoint f;
+  std::vector<std::pair<uint32_t, uint32_t>> merges = chat_micro_tokenizer().merges();
+  merges.emplace_back(static_cast<uint32_t>('x'), static_cast<uint32_t>('y'));
+  const std::string other = f.dir.path() + "/other.json";
+  write_file_atomic(other, BpeTokenizer::from_merges(merges, kChatSpecials).to_json());
+  r = run_nanogpt(chat_command(f) + " --tokenizer " + other, "hello\n");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("vocabulary of 300"), std::string::npos) << r.err;
 }
 
 }  // namespace

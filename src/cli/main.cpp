@@ -119,6 +119,7 @@ int run(int argc, char** argv) {
   nanogpt::cli::register_plot(app);
   nanogpt::cli::register_sft(app);
   nanogpt::cli::register_rl(app);
+  nanogpt::cli::register_chat(app);
 
   std::string unknown;
   if (const CLI::App* where = find_unknown_subcommand(app, argc, argv, &unknown)) {
