@@ -120,6 +120,7 @@ int run(int argc, char** argv) {
   nanogpt::cli::register_sft(app);
   nanogpt::cli::register_rl(app);
   nanogpt::cli::register_dpo(app);
+  nanogpt::cli::register_chat(app);
 
   std::string unknown;
   if (const CLI::App* where = find_unknown_subcommand(app, argc, argv, &unknown)) {

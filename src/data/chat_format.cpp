@@ -15,19 +15,6 @@ constexpr const char* kConversationShape =
     "a conversation is {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}, {\"role\": "
     "\"assistant\", \"content\": \"...\"}, ...]}";
 
-// Whitespace as the pre-tokenizer sees it (Unicode White_Space), so a message of no-break
-// spaces counts as empty too. The text is valid UTF-8 here.
-bool is_blank(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    uint32_t cp = 0;
-    const int length = decode_utf8(text, i, &cp);
-    if (classify_code_point(cp) != CharClass::kWhitespace) return false;
-    i += static_cast<size_t>(length);
-  }
-  return true;
-}
-
 // A JSON string with its quotes and escapes, so an error shows exactly what the file says.
 std::string quoted(const std::string& text) {
   return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -56,6 +43,18 @@ ChatTokens chat_tokens(const BpeTokenizer& tokenizer) {
                      "use gpt2:DIR (GPT-2's tokenizer has them after <|endoftext|>)");
   }
   return tokens;
+}
+
+// A message of no-break spaces counts as empty too; a byte that is not UTF-8 is not blank.
+bool is_blank_content(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    uint32_t cp = 0;
+    const int length = decode_utf8(text, i, &cp);
+    if (length == 0 || classify_code_point(cp) != CharClass::kWhitespace) return false;
+    i += static_cast<size_t>(length);
+  }
+  return true;
 }
 
 std::string_view chat_role_name(ChatRole role) {
@@ -99,7 +98,7 @@ void validate_conversation(const Conversation& conversation, const std::string& 
     if (bad != std::string_view::npos) {
       throw fail(message_label(i) + "content is not valid UTF-8 at byte " + std::to_string(bad));
     }
-    if (is_blank(m.content)) {
+    if (is_blank_content(m.content)) {
       throw fail(message_label(i) + std::string(chat_role_name(m.role)) +
                  " content is empty (or only whitespace); every message needs text");
     }

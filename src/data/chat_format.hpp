@@ -45,6 +45,11 @@ struct Conversation {
   bool operator==(const Conversation&) const = default;
 };
 
+// Whether the text is empty or only whitespace (Unicode White_Space, as the
+// pre-tokenizer sees it): such a message is refused, so a sampled reply is checked with it
+// before it joins a conversation.
+bool is_blank_content(std::string_view text);
+
 // The rules every conversation must meet, for ones built in code too: at least one message; a
 // system message only first, followed by a user message; then user and assistant alternating,
 // starting with user; content valid UTF-8 and not empty or whitespace only. InputError

@@ -24,4 +24,21 @@ size_t find_invalid_utf8(std::string_view s) {
   return std::string_view::npos;
 }
 
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const int len = decode_utf8(s, i, &cp);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(s, i, static_cast<size_t>(len));
+      i += static_cast<size_t>(len);
+    }
+  }
+  return out;
+}
+
 }  // namespace nanogpt

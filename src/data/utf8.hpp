@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace nanogpt {
@@ -43,5 +44,9 @@ inline int decode_utf8(std::string_view s, size_t i, uint32_t* cp) {
 
 // Offset of the first byte that is not valid UTF-8, or npos if the whole text is valid.
 size_t find_invalid_utf8(std::string_view s);
+
+// The text with each byte that does not start a valid UTF-8 character replaced by U+FFFD, for
+// model output (sampled tokens may stop inside a character) shown or stored as text.
+std::string valid_utf8(std::string_view s);
 
 }  // namespace nanogpt

@@ -40,24 +40,6 @@ size_t first_stop(const std::string& text, const std::vector<std::string>& stop)
   return at;
 }
 
-// Each byte that does not start a valid UTF-8 character becomes U+FFFD.
-std::string valid_utf8(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    uint32_t cp = 0;
-    const int len = decode_utf8(s, i, &cp);
-    if (len == 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    } else {
-      out.append(s, i, static_cast<size_t>(len));
-      i += static_cast<size_t>(len);
-    }
-  }
-  return out;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
