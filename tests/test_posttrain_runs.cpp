@@ -337,6 +337,22 @@ TEST(PosttrainDpo, RefusesBadInputBeforeWritingAnything) {
     EXPECT_NE(std::string(e.what()).find("rejected"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(o.run_dir));
+  // On-policy pairs from a policy that solves nothing: every completion scores 0, no pair.
+  o.pairs.clear();
+  o.tasks = "addition:1";
+  o.policy_pairs.problems = 4;
+  o.policy_pairs.group_size = 3;
+  o.policy_pairs.max_tokens = 4;
+  try {
+    run_dpo(o);
+    FAIL() << "no pair can be built";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no pair could be built"), std::string::npos) << e.what();
+  }
+  // Both sources, or neither.
+  o.pairs = f.dir.path() + "/pairs.jsonl";
+  EXPECT_THROW(run_dpo(o), InputError);
+  EXPECT_FALSE(std::filesystem::exists(o.run_dir));
 }
 
 }  // namespace

@@ -27,8 +27,21 @@ void register_dpo(CLI::App& app) {
                   "Tokenizer (default: the one recorded with the checkpoint)");
   cmd->add_option("--pairs", opts.pairs,
                   "Preference pairs, one JSON object per line: {\"prompt\": ..., \"chosen\": ..., "
-                  "\"rejected\": ...}")
-      ->required();
+                  "\"rejected\": ...}");
+  cmd->add_option("--tasks", opts.tasks,
+                  "Or build the pairs on-policy: sample the checkpoint on this mixture's train "
+                  "problems, pair each problem's best completion (by the verifier) with its worst");
+  cmd->add_option("--pair-problems", opts.policy_pairs.problems, "On-policy: problems sampled")
+      ->capture_default_str();
+  cmd->add_option("--pair-group", opts.policy_pairs.group_size,
+                  "On-policy: completions per problem")
+      ->capture_default_str();
+  cmd->add_option("--pair-max-tokens", opts.policy_pairs.max_tokens,
+                  "On-policy: longest completion")
+      ->capture_default_str();
+  cmd->add_option("--pair-temperature", opts.policy_pairs.temperature,
+                  "On-policy: sampling temperature")
+      ->capture_default_str();
   cmd->add_option("--out", a->out, "Run directory (metrics.jsonl, run.json, checkpoints/)")
       ->required();
   cmd->add_flag("--resume", opts.resume, "Continue from the newest checkpoint in --out");

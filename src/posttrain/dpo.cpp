@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 
 #include "data/chat_format.hpp"
 #include "model/model_io.hpp"
@@ -73,7 +74,11 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
 }  // namespace
 
 DpoRunResult run_dpo(const DpoOptions& o) {
-  if (o.pairs.empty()) throw InputError("dpo: --pairs FILE.jsonl is required");
+  if (o.pairs.empty() == o.tasks.empty()) {
+    throw InputError(
+        "dpo: give the pairs with --pairs FILE.jsonl, or --tasks MIXTURE to build "
+        "them on-policy (one)");
+  }
   if (o.epochs < 1) throw InputError("dpo: --epochs must be >= 1");
   if (o.pairs_per_step < 1) throw InputError("dpo: --pairs-per-step must be >= 1");
   if (!(o.loss.beta > 0) || !std::isfinite(o.loss.beta)) {
@@ -94,10 +99,40 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   std::vector<TaskCell> eval_cells;
   if (!o.eval_tasks.empty()) eval_cells = parse_task_mixture(o.eval_tasks);
 
-  const std::vector<PreferencePair> pairs = read_preference_pairs(o.pairs);
+  // On-policy pairs come from the starting checkpoint, sampled before anything is written; a
+  // resume reads the run's own copy.
+  std::vector<PreferencePair> pairs;
+  std::string pairs_source = o.pairs;
+  std::optional<PolicyPairs> sampled;
+  if (!o.pairs.empty()) {
+    pairs = read_preference_pairs(o.pairs);
+  } else if (o.resume) {
+    pairs_source = o.run_dir + "/pairs.jsonl";
+    pairs = read_preference_pairs(pairs_source);
+  } else {
+    const std::vector<TaskCell> cells = parse_task_mixture(o.tasks);
+    Gpt sampler(c);
+    load_model_weights(sampler, start_checkpoint);
+    ModelScorer scorer(sampler, window);
+    PolicyPairOptions po = o.policy_pairs;
+    po.seq_len = seq_len;
+    sampled = sample_policy_pairs(scorer, tokenizer, chat, cells, po);
+    pairs = sampled->pairs;
+    std::fprintf(stderr,
+                 "dpo: %zu on-policy pairs from %lld problems (%lld with every completion scored "
+                 "alike), mean reward %.3f\n",
+                 pairs.size(), static_cast<long long>(sampled->problems),
+                 static_cast<long long>(sampled->uniform_problems), sampled->mean_reward);
+    if (pairs.empty()) {
+      throw InputError(
+          "dpo: every problem's completions scored alike, so no pair could be built; "
+          "sample more (--pair-problems, --pair-group) or a higher temperature");
+    }
+    pairs_source = o.run_dir + "/pairs.jsonl";
+  }
   std::vector<RenderedPair> rendered;
   for (size_t i = 0; i < pairs.size(); ++i) {
-    const std::string where = o.pairs + ": pair " + std::to_string(i + 1);
+    const std::string where = pairs_source + ": pair " + std::to_string(i + 1);
     rendered.push_back({render_conversation(with_reply(pairs[i].prompt, pairs[i].chosen), tokenizer,
                                             chat, seq_len + 1, where + " (chosen)"),
                         render_conversation(with_reply(pairs[i].prompt, pairs[i].rejected),
@@ -138,10 +173,20 @@ DpoRunResult run_dpo(const DpoOptions& o) {
     run.truncate_metrics(state.step);
   } else {
     run.start_metrics();
+    if (sampled) write_preference_pairs(pairs_source, pairs);
     nlohmann::ordered_json record = {
         {"stage", "dpo"},
         {"from_checkpoint", std::filesystem::absolute(start_checkpoint).string()},
-        {"pairs_file", o.pairs},
+        {"pairs_file", pairs_source},
+        {"tasks",
+         o.tasks.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.tasks)},
+        {"on_policy", sampled
+                          ? nlohmann::ordered_json{{"problems", sampled->problems},
+                                                   {"uniform_problems", sampled->uniform_problems},
+                                                   {"mean_reward", sampled->mean_reward},
+                                                   {"group", o.policy_pairs.group_size},
+                                                   {"temperature", o.policy_pairs.temperature}}
+                          : nlohmann::ordered_json(nullptr)},
         {"pairs", n_pairs},
         {"loss", dpo_loss_kind_name(o.loss.kind)},
         {"beta", o.loss.beta},

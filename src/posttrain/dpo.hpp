@@ -14,6 +14,7 @@
 
 #include "posttrain/chat_eval.hpp"
 #include "posttrain/dpo_loss.hpp"
+#include "posttrain/policy_pairs.hpp"
 
 namespace nanogpt {
 
@@ -22,6 +23,10 @@ struct DpoOptions {
   std::string tokenizer;
   nlohmann::json tokenizer_record;
   std::string pairs;  // JSON Lines of {prompt, chosen, rejected}
+  // Or built on-policy from the starting checkpoint (policy_pairs.hpp) on this task mixture's
+  // train problems; the pairs are kept as RUN/pairs.jsonl (what a resume reads back).
+  std::string tasks;
+  PolicyPairOptions policy_pairs;
   std::string run_dir;
   bool resume = false;
   int64_t max_steps = 0;  // stop (with a checkpoint) after this many steps of this invocation

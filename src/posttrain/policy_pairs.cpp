@@ -10,8 +10,9 @@ PolicyPairs sample_policy_pairs(ModelScorer& scorer, const BpeTokenizer& tokeniz
                                 const ChatTokens& chat, const std::vector<TaskCell>& cells,
                                 const PolicyPairOptions& o) {
   if (o.problems < 1 || o.group_size < 2 || o.max_tokens < 1 || !(o.temperature > 0)) {
-    throw InputError("on-policy pairs need problems >= 1, a group of 2 or more, max_tokens >= 1 "
-                     "and a temperature > 0");
+    throw InputError(
+        "on-policy pairs need problems >= 1, a group of 2 or more, max_tokens >= 1 "
+        "and a temperature > 0");
   }
   // The problems as RL's first step would draw them, in one batch of `problems` prompts.
   const std::vector<TaskInstance> problems = rollout_problems(cells, o.seed, 0, o.problems);
