@@ -209,6 +209,40 @@ TEST(PosttrainRl, StepsAreDeterministicForAnyThreadCountAndResumeBitwise) {
   }
 }
 
+// Rewards from a rubric: the built-in fortune rubric's prompts in turn, each completion scored
+// by its weighted criteria; each criterion's rate over every prompt before and after.
+TEST(PosttrainRl, RubricRewardsAndCriterionRatesBeforeAndAfter) {
+  Fixture f;
+  RlOptions o = rl_options(f, f.dir.path() + "/rubric");
+  o.tasks.clear();
+  o.rubric = "builtin:fortune-answers";
+  o.steps = 2;
+  o.eval.samples = 2;
+  const RlResult r = run_rl(o);
+  ASSERT_EQ(r.steps_run, 2);
+  for (const RlStepMetrics& m : r.steps) {
+    EXPECT_GE(m.mean_reward, 0.0);
+    EXPECT_LE(m.mean_reward, 1.0);
+  }
+  const std::string table = read_file(o.run_dir + "/rubric_rates.txt");
+  EXPECT_NE(table.find("rate before  rate after"), std::string::npos) << table;
+  EXPECT_NE(table.find("essential"), std::string::npos) << table;
+  const std::string metrics = read_file(o.run_dir + "/metrics.jsonl");
+  EXPECT_NE(metrics.find("\"criteria\""), std::string::npos);
+  // A judge criterion needs a judge model, which rl does not run: refused up front.
+  const std::string judged = f.dir.path() + "/judged.json";
+  write_file_atomic(judged,
+                    R"({"name": "j", "criteria": [{"name": "kind", "description": "Is it kind?",
+    "class": "essential", "check": {"type": "judge"}}], "prompts": [{"name": "p", "prompt": "hi"}]})");
+  o.rubric = judged;
+  o.run_dir = f.dir.path() + "/never";
+  EXPECT_THROW(run_rl(o), InputError);
+  o.tasks = "sort:1";  // and both sources at once
+  o.rubric = "builtin:fortune-answers";
+  EXPECT_THROW(run_rl(o), InputError);
+  EXPECT_FALSE(std::filesystem::exists(o.run_dir));
+}
+
 TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {
   Fixture f;
   RlOptions o = rl_options(f, f.dir.path() + "/never");

@@ -26,8 +26,11 @@ void register_rl(CLI::App& app) {
                   "The policy to start from (an SFT checkpoint), or a run directory");
   cmd->add_option("--tokenizer", opts.tokenizer,
                   "Tokenizer (default: the one recorded with the checkpoint)");
-  cmd->add_option("--tasks", opts.tasks, "Task mixture of the prompts, e.g. addition:1-2")
-      ->required();
+  cmd->add_option("--tasks", opts.tasks,
+                  "Task mixture of the prompts, rewarded by the tasks' verifiers, e.g. sort:1");
+  cmd->add_option("--rubric", opts.rubric,
+                  "Or a rubric file (nanogpt evals make-rubric): its prompts, rewarded by its "
+                  "weighted criteria; builtin:fortune-answers for the built-in one");
   cmd->add_option("--out", a->out, "Run directory (metrics.jsonl, run.json, checkpoints/)")
       ->required();
   cmd->add_flag("--resume", opts.resume, "Continue from the newest checkpoint in --out");

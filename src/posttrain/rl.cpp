@@ -6,9 +6,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "data/chat_format.hpp"
+#include "eval/fortune_rubric.hpp"
 #include "eval/model_scorer.hpp"
+#include "eval/rubric.hpp"
+#include "eval/rubric_rates.hpp"
+#include "eval/rubric_score.hpp"
 #include "eval/task_registry.hpp"
 #include "model/model_io.hpp"
 #include "optim/gpt_optimizer.hpp"
@@ -38,7 +43,11 @@ double seconds_since(Clock::time_point t0) {
 }
 
 void check_options(const RlOptions& o) {
-  if (o.tasks.empty()) throw InputError("rl: --tasks MIXTURE is required (the prompts)");
+  if (o.tasks.empty() == o.rubric.empty()) {
+    throw InputError(
+        "rl: give the prompts and rewards with --tasks MIXTURE (verifiers) or "
+        "--rubric FILE (weighted criteria), one of the two");
+  }
   if (o.steps < 1) throw InputError("rl: --steps must be >= 1");
   if (o.prompts_per_step < 1) throw InputError("rl: --prompts must be >= 1");
   if (o.group_size < 1) throw InputError("rl: --group must be >= 1");
@@ -85,7 +94,19 @@ RlResult run_rl(const RlOptions& o) {
   check_options(o);
   const BpeTokenizer tokenizer = BpeTokenizer::load(o.tokenizer);
   const ChatTokens chat = chat_tokens(tokenizer);
-  const std::vector<TaskCell> cells = parse_task_mixture(o.tasks);
+  const std::vector<TaskCell> cells =
+      o.tasks.empty() ? std::vector<TaskCell>{} : parse_task_mixture(o.tasks);
+  std::optional<Rubric> rubric;
+  if (!o.rubric.empty()) {
+    rubric =
+        o.rubric == "builtin:fortune-answers" ? builtin_fortune_rubric() : load_rubric(o.rubric);
+    if (rubric_uses_judge(*rubric)) {
+      throw InputError("rl: rubric '" + o.rubric +
+                       "' has judge criteria, which rl does not run yet; drop them or score "
+                       "responses offline with `nanogpt evals rubric --judge`");
+    }
+    if (rubric->prompts.empty()) throw InputError("rl: rubric '" + o.rubric + "' has no prompts");
+  }
   const std::string start_checkpoint =
       o.resume ? find_latest_checkpoint(o.run_dir) : require_checkpoint(o.checkpoint);
   if (o.resume && start_checkpoint.empty()) {
@@ -129,7 +150,10 @@ RlResult run_rl(const RlOptions& o) {
     nlohmann::ordered_json record = {
         {"stage", "rl"},
         {"from_checkpoint", std::filesystem::absolute(start_checkpoint).string()},
-        {"tasks", task_mixture_string(cells)},
+        {"tasks", cells.empty() ? nlohmann::ordered_json(nullptr)
+                                : nlohmann::ordered_json(task_mixture_string(cells))},
+        {"rubric",
+         o.rubric.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.rubric)},
         {"steps", o.steps},
         {"prompts_per_step", o.prompts_per_step},
         {"group_size", o.group_size},
@@ -156,7 +180,52 @@ RlResult run_rl(const RlOptions& o) {
 
   ModelScorer scorer(model, window);
   RlResult result;
+  // A rubric's prompts as the chat prompts the scorer continues.
+  auto rubric_prompt = [&](const RubricItem& item) {
+    std::vector<uint32_t> ids =
+        render_prompt(Conversation{{ChatMessage{ChatRole::kUser, item.prompt}}}, tokenizer, chat,
+                      seq_len + 1 - o.max_tokens, "rubric prompt '" + item.name + "'");
+    ids.erase(ids.begin());  // the scorer starts every sequence with <|endoftext|>
+    return ids;
+  };
+  std::optional<RubricRates> rubric_before;
   auto evaluate_now = [&](int64_t step) {
+    if (rubric) {
+      // Every prompt of the rubric, eval.samples samples each at the training temperature.
+      std::vector<std::vector<uint32_t>> prompts;
+      for (const RubricItem& item : rubric->prompts) prompts.push_back(rubric_prompt(item));
+      RolloutSampling rs;
+      rs.group_size = std::max<int64_t>(1, o.eval.samples);
+      rs.max_tokens = o.max_tokens;
+      rs.sampling.temperature = o.temperature;
+      rs.sampling.top_k = o.top_k;
+      rs.seed = o.eval.seed ^ 0xE7A1ull;
+      rs.assistant_end = chat.assistant_end;
+      const auto samples = sample_completions(scorer, prompts, rs);
+      std::vector<RubricScore> scores;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        for (const GeneratedSample& g : samples[i]) {
+          std::vector<uint32_t> ids = g.tokens;
+          if (!ids.empty() && ids.back() == chat.assistant_end) ids.pop_back();
+          scores.push_back(score(*rubric, rubric->prompts[i], tokenizer.decode(ids), nullptr));
+        }
+      }
+      const RubricRates rates = rubric_rates(scores);
+      nlohmann::ordered_json criteria = nlohmann::ordered_json::object();
+      for (const CriterionRate& cr : rates.criteria) criteria[cr.criterion] = cr.rate();
+      run.append_metrics(
+          {{"step", step}, {"eval", {{"reward", rates.mean_reward}, {"criteria", criteria}}}});
+      result.evaluated = true;
+      std::fprintf(stderr, "rl: step %lld: rubric reward %.3f over %lld responses\n",
+                   static_cast<long long>(step), rates.mean_reward,
+                   static_cast<long long>(rates.responses));
+      if (!rubric_before) {
+        rubric_before = rates;
+      } else {
+        result.rubric_table = rubric_rates_table(rates, &*rubric_before);
+      }
+      return ChatEvalResult{};
+    }
     ChatEvalOptions eo = o.eval;
     eo.max_prompt_tokens = seq_len;
     ChatEvalResult r = evaluate_chat_tasks(scorer, tokenizer, chat, cells, eo);
@@ -193,12 +262,22 @@ RlResult run_rl(const RlOptions& o) {
     }
     RlStepMetrics m;
     m.step = step + 1;
-    // 1. Prompts: the mixture's train problems s·P .. s·P + P - 1, cells interleaved.
-    const std::vector<TaskInstance> problems =
-        rollout_problems(cells, o.seed, step, o.prompts_per_step);
+    // 1. Prompts: the mixture's train problems s·P .. s·P + P - 1, cells interleaved, or the
+    // rubric's prompts in turn.
+    std::vector<TaskInstance> problems;
+    std::vector<const RubricItem*> items;
     std::vector<std::vector<uint32_t>> prompts;
-    for (const TaskInstance& problem : problems) {
-      prompts.push_back(rollout_prompt(problem, tokenizer, chat, seq_len, o.max_tokens));
+    if (rubric) {
+      for (size_t i = 0; i < P; ++i) {
+        const size_t at = (static_cast<size_t>(step) * P + i) % rubric->prompts.size();
+        items.push_back(&rubric->prompts[at]);
+        prompts.push_back(rubric_prompt(*items.back()));
+      }
+    } else {
+      problems = rollout_problems(cells, o.seed, step, o.prompts_per_step);
+      for (const TaskInstance& problem : problems) {
+        prompts.push_back(rollout_prompt(problem, tokenizer, chat, seq_len, o.max_tokens));
+      }
     }
     // 2. Sampling: every prompt's group in one batched decode.
     Clock::time_point t0 = Clock::now();
@@ -221,7 +300,9 @@ RlResult run_rl(const RlOptions& o) {
         if (k.ended) text_ids.pop_back();
         // The model's <|endoftext|> was sampled too: it is part of what the update sees.
         if (s.hit_eot) k.tokens.push_back(static_cast<uint32_t>(c.eot_id));
-        k.reward = verify(problems[i], tokenizer.decode(text_ids)).value;
+        const std::string text = tokenizer.decode(text_ids);
+        k.reward = rubric ? score(*rubric, *items[i], text, nullptr).reward
+                          : verify(problems[i], text).value;
         rewards.push_back(k.reward);
         step_tokens += static_cast<double>(k.tokens.size());
         m.mean_reward += k.reward;
@@ -334,9 +415,15 @@ RlResult run_rl(const RlOptions& o) {
   } else {
     result.last_checkpoint = start_checkpoint;
   }
+  if (!result.rubric_table.empty()) {
+    std::fprintf(stderr, "rl: the rubric's criteria before and after\n%s",
+                 result.rubric_table.c_str());
+    write_file_atomic(o.run_dir + "/rubric_rates.txt", result.rubric_table);
+  }
   write_run_curves(o.run_dir,
                    {{"mean reward", "/reward"},
-                    {"held-out pass@1", "/eval/pass@1"},
+                    rubric ? CurvePanel{"rubric reward, every prompt", "/eval/reward"}
+                           : CurvePanel{"held-out pass@1", "/eval/pass@1"},
                     {"completion tokens", "/length"},
                     {"zero-variance groups", "/uniform_fraction"}},
                    "nanogpt rl: " + o.run_dir);

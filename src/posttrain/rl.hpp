@@ -31,6 +31,9 @@ struct RlOptions {
   std::string tokenizer;
   nlohmann::json tokenizer_record;
   std::string tasks;  // the mixture whose train problems are the prompts
+  // Or a rubric (eval/rubric.hpp): its prompts, in order, rewarded by its weighted criteria;
+  // "builtin:fortune-answers" is the built-in one. Judge criteria are not supported here yet.
+  std::string rubric;
   std::string run_dir;
   bool resume = false;
   int64_t max_steps = 0;  // stop (with a checkpoint) after this many steps of this invocation
@@ -74,6 +77,8 @@ struct RlResult {
   std::vector<RlStepMetrics> steps;
   bool evaluated = false;
   ChatEvalResult before, after;
+  // With a rubric: each criterion's rate over the rubric's prompts before and after.
+  std::string rubric_table;
 };
 
 RlResult run_rl(const RlOptions& options);
