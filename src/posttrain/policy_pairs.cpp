@@ -1,5 +1,6 @@
 #include "posttrain/policy_pairs.hpp"
 
+#include "data/utf8.hpp"
 #include "eval/task_registry.hpp"
 #include "posttrain/rollouts.hpp"
 #include "runtime/error.hpp"
@@ -40,8 +41,10 @@ PolicyPairs sample_policy_pairs(ModelScorer& scorer, const BpeTokenizer& tokeniz
       const double r = verify(problems[i], text).value;
       rewards += r;
       count += 1;
-      // A reply must be a valid message: an empty one (the model ended at once) cannot be.
-      if (text.find_first_not_of(" \t\r\n") == std::string::npos) text = "(no answer)";
+      // A reply must be a valid message: whole UTF-8 characters (a sample may stop inside one:
+      // cut bytes become U+FFFD) and not empty (the model may end at once).
+      text = valid_utf8(text);
+      if (is_blank_content(text)) text = "(no answer)";
       if (r > best_r) {
         best_r = r;
         best = text;
