@@ -389,5 +389,38 @@ TEST(PosttrainDpo, RefusesBadInputBeforeWritingAnything) {
   EXPECT_FALSE(std::filesystem::exists(o.run_dir));
 }
 
+// The three commands through the binary: a run that works prints its last checkpoint; bad
+// options end with a specific message and a non-zero exit.
+TEST(PosttrainCli, CommandsRunAndRefuseBadOptions) {
+  Fixture f;
+  const std::string chat = write_conversations(f.dir.path() + "/chat.jsonl", 16);
+  const std::string base = " --checkpoint " + f.checkpoint + " --out " + f.dir.path();
+  CommandResult r = run_nanogpt("sft" + base + "/sft --data " + chat + " --epochs 1");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("/sft/checkpoints/step_"), std::string::npos) << r.out;
+  // Again into the same directory: refused, --resume is how to continue it.
+  r = run_nanogpt("sft" + base + "/sft --data " + chat);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--resume"), std::string::npos) << r.err;
+  r = run_nanogpt("sft" + base + "/x");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--data FILE.jsonl or --tasks"), std::string::npos) << r.err;
+  r = run_nanogpt("rl" + base + "/y --tasks sort:1 --estimator ppo_gae");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("value head"), std::string::npos) << r.err;
+  r = run_nanogpt("rl" + base + "/y --tasks sort:1 --estimator nonsense");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("grpo"), std::string::npos) << r.err;
+  r = run_nanogpt("dpo" + base + "/z --pairs " + f.dir.path() + "/missing.jsonl");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("missing.jsonl"), std::string::npos) << r.err;
+  r = run_nanogpt("dpo" + base + "/z --pairs " + chat + " --loss squared");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("sigmoid"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(f.dir.path() + "/x"));
+  EXPECT_FALSE(std::filesystem::exists(f.dir.path() + "/y"));
+  EXPECT_FALSE(std::filesystem::exists(f.dir.path() + "/z"));
+}
+
 }  // namespace
 }  // namespace nanogpt

@@ -1,12 +1,10 @@
 // `nanogpt dpo`: direct preference optimization of a checkpoint (posttrain/dpo.hpp).
 #include <cstdio>
-#include <filesystem>
 
 #include "cli/commands.hpp"
-#include "model/model_io.hpp"
+#include "cli/posttrain_args.hpp"
 #include "posttrain/dpo.hpp"
 #include "runtime/error.hpp"
-#include "train/train_state.hpp"
 
 namespace nanogpt::cli {
 
@@ -68,18 +66,10 @@ void register_dpo(CLI::App& app) {
     DpoOptions o = a->o;
     o.run_dir = a->out;
     o.loss.kind = parse_dpo_loss_kind(a->loss);
-    if (!o.resume) {
-      if (o.checkpoint.empty()) throw InputError("dpo: --checkpoint DIR is required");
-      if (std::filesystem::exists(a->out + "/checkpoints")) {
-        throw InputError("--out " + a->out +
-                         " already holds checkpoints: pass --resume to continue it, or give a "
-                         "new directory");
-      }
-    }
-    const std::string ckpt =
-        o.resume ? require_checkpoint(a->out) : require_checkpoint(o.checkpoint);
-    o.tokenizer_record = checkpoint_tokenizer_record(ckpt);
-    o.tokenizer = checkpoint_tokenizer_spec(ckpt, o.tokenizer);
+    const PosttrainTokenizer tok =
+        resolve_posttrain_args("dpo", o.checkpoint, a->out, o.resume, o.tokenizer);
+    o.tokenizer = tok.spec;
+    o.tokenizer_record = tok.record;
     o.command_line =
         "nanogpt dpo --checkpoint " + o.checkpoint + " --pairs " + o.pairs + " --out " + a->out;
     const DpoRunResult r = run_dpo(o);

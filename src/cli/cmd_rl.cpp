@@ -1,13 +1,10 @@
 // `nanogpt rl`: policy-gradient RL of a checkpoint on verifiable tasks (posttrain/rl.hpp).
 #include <cstdio>
-#include <filesystem>
 
 #include "cli/commands.hpp"
-#include "model/model_io.hpp"
-#include "posttrain/posttrain_checkpoint.hpp"
+#include "cli/posttrain_args.hpp"
 #include "posttrain/rl.hpp"
 #include "runtime/error.hpp"
-#include "train/train_state.hpp"
 
 namespace nanogpt::cli {
 
@@ -91,18 +88,10 @@ void register_rl(CLI::App& app) {
     o.loss.objective = parse_policy_objective(a->objective);
     o.loss.aggregation.mode = parse_loss_aggregation(a->aggregation);
     o.eval.max_tokens = o.max_tokens;
-    if (!o.resume) {
-      if (o.checkpoint.empty()) throw InputError("rl: --checkpoint DIR is required");
-      if (std::filesystem::exists(a->out + "/checkpoints")) {
-        throw InputError("--out " + a->out +
-                         " already holds checkpoints: pass --resume to continue it, or give a "
-                         "new directory");
-      }
-    }
-    const std::string ckpt =
-        o.resume ? require_checkpoint(a->out) : require_checkpoint(o.checkpoint);
-    o.tokenizer_record = checkpoint_tokenizer_record(ckpt);
-    o.tokenizer = checkpoint_tokenizer_spec(ckpt, o.tokenizer);
+    const PosttrainTokenizer tok =
+        resolve_posttrain_args("rl", o.checkpoint, a->out, o.resume, o.tokenizer);
+    o.tokenizer = tok.spec;
+    o.tokenizer_record = tok.record;
     o.command_line =
         "nanogpt rl --checkpoint " + o.checkpoint + " --tasks " + o.tasks + " --out " + a->out;
     const RlResult r = run_rl(o);

@@ -1,13 +1,10 @@
 // `nanogpt sft`: supervised fine-tuning of a checkpoint on conversations (posttrain/sft.hpp).
 #include <cstdio>
-#include <filesystem>
 
 #include "cli/commands.hpp"
-#include "model/model_io.hpp"
-#include "posttrain/posttrain_checkpoint.hpp"
+#include "cli/posttrain_args.hpp"
 #include "posttrain/sft.hpp"
 #include "runtime/error.hpp"
-#include "train/train_state.hpp"
 
 namespace nanogpt::cli {
 
@@ -67,18 +64,10 @@ void register_sft(CLI::App& app) {
   cmd->callback([a] {
     SftOptions o = a->o;
     o.run_dir = a->out;
-    if (!o.resume) {
-      if (o.checkpoint.empty()) throw InputError("sft: --checkpoint DIR is required");
-      if (std::filesystem::exists(a->out + "/checkpoints")) {
-        throw InputError("--out " + a->out +
-                         " already holds checkpoints: pass --resume to continue it, or give a "
-                         "new directory");
-      }
-    }
-    const std::string from = o.resume ? a->out : require_checkpoint(o.checkpoint);
-    const std::string ckpt = o.resume ? require_checkpoint(a->out) : from;
-    o.tokenizer_record = checkpoint_tokenizer_record(ckpt);
-    o.tokenizer = checkpoint_tokenizer_spec(ckpt, o.tokenizer);
+    const PosttrainTokenizer tok =
+        resolve_posttrain_args("sft", o.checkpoint, a->out, o.resume, o.tokenizer);
+    o.tokenizer = tok.spec;
+    o.tokenizer_record = tok.record;
     o.command_line = "nanogpt sft --checkpoint " + o.checkpoint + " --out " + a->out +
                      (o.data.empty() ? " --tasks " + o.tasks : " --data " + o.data);
     const SftResult r = run_sft(o);

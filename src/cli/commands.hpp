@@ -22,9 +22,9 @@ void register_prepare(CLI::App& app);
 void register_speedrun(CLI::App& app);
 void register_evals(CLI::App& app);  // cmd_evals.cpp
 void register_plot(CLI::App& app);
-void register_sft(CLI::App& app);  // cmd_sft.cpp
-void register_rl(CLI::App& app);   // cmd_rl.cpp
-void register_dpo(CLI::App& app);  // cmd_dpo.cpp
+void register_sft(CLI::App& app);   // cmd_sft.cpp
+void register_rl(CLI::App& app);    // cmd_rl.cpp
+void register_dpo(CLI::App& app);   // cmd_dpo.cpp
 void register_chat(CLI::App& app);  // cmd_chat.cpp
 
 // `--window N` of the commands that run a checkpoint (eval, sample, evals run): the long

@@ -60,17 +60,6 @@ std::vector<double> sequence_logprobs(Gpt& model, int64_t window, int64_t seq_le
   return out;
 }
 
-std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  Rng rng(seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(epoch) + 7);
-  for (int64_t i = n - 1; i > 0; --i) {
-    const auto j = static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(i + 1));
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
-  }
-  return order;
-}
-
 }  // namespace
 
 DpoRunResult run_dpo(const DpoOptions& o) {
@@ -84,18 +73,14 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   if (!(o.loss.beta > 0) || !std::isfinite(o.loss.beta)) {
     throw InputError("dpo: --beta must be > 0 (TRL's default 0.1)");
   }
-  const BpeTokenizer tokenizer = BpeTokenizer::load(o.tokenizer);
-  const ChatTokens chat = chat_tokens(tokenizer);
-  const std::string start_checkpoint =
-      o.resume ? find_latest_checkpoint(o.run_dir) : require_checkpoint(o.checkpoint);
-  if (o.resume && start_checkpoint.empty()) {
-    throw InputError("dpo --resume: no checkpoint under '" + o.run_dir + "/checkpoints'");
-  }
-  const Config c = read_checkpoint_config(start_checkpoint);
-  check_chat_vocabulary(c, tokenizer, chat, o.tokenizer);
+  const PosttrainStart start = resolve_posttrain_start("dpo", o.checkpoint, o.run_dir, o.resume,
+                                                       o.tokenizer, o.window_blocks);
+  const BpeTokenizer& tokenizer = start.tokenizer;
+  const ChatTokens& chat = start.chat;
+  const std::string& start_checkpoint = start.checkpoint;
+  const Config& c = start.config;
+  const int64_t window = start.window_blocks;
   const int64_t seq_len = c.train_seq_len;
-  const int64_t window =
-      o.window_blocks > 0 ? o.window_blocks : attention_window_at(c, c.num_iterations);
   std::vector<TaskCell> eval_cells;
   if (!o.eval_tasks.empty()) eval_cells = parse_task_mixture(o.eval_tasks);
 
@@ -174,35 +159,29 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   } else {
     run.start_metrics();
     if (sampled) write_preference_pairs(pairs_source, pairs);
-    nlohmann::ordered_json record = {
-        {"stage", "dpo"},
-        {"from_checkpoint", std::filesystem::absolute(start_checkpoint).string()},
-        {"pairs_file", pairs_source},
-        {"tasks",
-         o.tasks.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.tasks)},
-        {"on_policy", sampled
-                          ? nlohmann::ordered_json{{"problems", sampled->problems},
-                                                   {"uniform_problems", sampled->uniform_problems},
-                                                   {"mean_reward", sampled->mean_reward},
-                                                   {"group", o.policy_pairs.group_size},
-                                                   {"temperature", o.policy_pairs.temperature}}
-                          : nlohmann::ordered_json(nullptr)},
-        {"pairs", n_pairs},
-        {"loss", dpo_loss_kind_name(o.loss.kind)},
-        {"beta", o.loss.beta},
-        {"epochs", o.epochs},
-        {"pairs_per_step", o.pairs_per_step},
-        {"steps", total_steps},
-        {"lr_scale", o.lr_scale},
-        {"cooldown_frac", o.cooldown_frac},
-        {"seed", o.seed},
-        {"window_blocks", window},
-        {"tokenizer", o.tokenizer_record},
-        {"config", config_to_json(c)},
-        {"revision", build_revision()},
-        {"cpu", cpu_info().model_name},
-        {"command", o.command_line}};
-    write_file_atomic(o.run_dir + "/run.json", record.dump(2) + "\n");
+    write_posttrain_run_record(
+        o.run_dir, "dpo",
+        nlohmann::ordered_json{
+            {"pairs_file", pairs_source},
+            {"tasks",
+             o.tasks.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.tasks)},
+            {"on_policy",
+             sampled ? nlohmann::ordered_json{{"problems", sampled->problems},
+                                              {"uniform_problems", sampled->uniform_problems},
+                                              {"mean_reward", sampled->mean_reward},
+                                              {"group", o.policy_pairs.group_size},
+                                              {"temperature", o.policy_pairs.temperature}}
+                     : nlohmann::ordered_json(nullptr)},
+            {"pairs", n_pairs},
+            {"loss", dpo_loss_kind_name(o.loss.kind)},
+            {"beta", o.loss.beta},
+            {"epochs", o.epochs},
+            {"pairs_per_step", o.pairs_per_step},
+            {"steps", total_steps},
+            {"lr_scale", o.lr_scale},
+            {"cooldown_frac", o.cooldown_frac},
+            {"seed", o.seed}},
+        start, o.tokenizer_record, o.command_line);
   }
 
   DpoRunResult result;
@@ -238,7 +217,7 @@ DpoRunResult run_dpo(const DpoOptions& o) {
     }
     const int64_t epoch = step / steps_per_epoch;
     if (epoch != order_epoch) {
-      order = epoch_order(n_pairs, o.seed, epoch);
+      order = epoch_order(n_pairs, o.seed, epoch, 7);
       order_epoch = epoch;
     }
     const int64_t first = (step % steps_per_epoch) * o.pairs_per_step;

@@ -5,9 +5,12 @@
 #include "model/model_io.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/random.hpp"
 #include "runtime/safetensors.hpp"
+#include "train/attention_window.hpp"
 
 namespace nanogpt {
 
@@ -88,6 +91,49 @@ bool import_pretraining_optimizer_state(const std::string& checkpoint, GptOptimi
   }
   optimizer.set_adam_steps(adam_steps);
   return true;
+}
+
+PosttrainStart resolve_posttrain_start(const std::string& stage, const std::string& checkpoint,
+                                       const std::string& run_dir, bool resume,
+                                       const std::string& tokenizer_spec, int64_t window_blocks) {
+  PosttrainStart s{BpeTokenizer::load(tokenizer_spec), {}, {}, {}, 0};
+  s.chat = chat_tokens(s.tokenizer);
+  s.checkpoint = resume ? find_latest_checkpoint(run_dir) : require_checkpoint(checkpoint);
+  if (resume && s.checkpoint.empty()) {
+    throw InputError(stage + " --resume: no checkpoint under '" + run_dir + "/checkpoints'");
+  }
+  s.config = read_checkpoint_config(s.checkpoint);
+  check_chat_vocabulary(s.config, s.tokenizer, s.chat, tokenizer_spec);
+  s.window_blocks =
+      window_blocks > 0 ? window_blocks : attention_window_at(s.config, s.config.num_iterations);
+  return s;
+}
+
+void write_posttrain_run_record(const std::string& run_dir, const std::string& stage,
+                                nlohmann::ordered_json fields, const PosttrainStart& start,
+                                const nlohmann::json& tokenizer_record,
+                                const std::string& command_line) {
+  nlohmann::ordered_json record = {
+      {"stage", stage}, {"from_checkpoint", std::filesystem::absolute(start.checkpoint).string()}};
+  for (auto& [key, value] : fields.items()) record[key] = value;
+  record["window_blocks"] = start.window_blocks;
+  record["tokenizer"] = tokenizer_record;
+  record["config"] = config_to_json(start.config);
+  record["revision"] = build_revision();
+  record["cpu"] = cpu_info().model_name;
+  record["command"] = command_line;
+  write_file_atomic(run_dir + "/run.json", record.dump(2) + "\n");
+}
+
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, uint64_t salt) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  Rng rng(seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(epoch) + salt);
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(i + 1));
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  }
+  return order;
 }
 
 void check_chat_vocabulary(const Config& config, const BpeTokenizer& tokenizer,

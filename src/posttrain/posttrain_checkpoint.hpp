@@ -40,6 +40,33 @@ PosttrainState load_posttrain_state(const std::string& checkpoint, const std::st
 // Returns whether it did; a checkpoint without optimizer.safetensors starts the optimizer fresh.
 bool import_pretraining_optimizer_state(const std::string& checkpoint, GptOptimizer& optimizer);
 
+// What every stage resolves before it trains: the tokenizer and its chat tokens, the checkpoint
+// it starts from (the run's newest on --resume, named in errors as `stage --resume`), that
+// checkpoint's configuration (checked against the tokenizer), and the attention window
+// (window_blocks, or what pre-training ended with when 0).
+struct PosttrainStart {
+  BpeTokenizer tokenizer;
+  ChatTokens chat;
+  std::string checkpoint;
+  Config config;
+  int64_t window_blocks = 0;
+};
+PosttrainStart resolve_posttrain_start(const std::string& stage, const std::string& checkpoint,
+                                       const std::string& run_dir, bool resume,
+                                       const std::string& tokenizer_spec, int64_t window_blocks);
+
+// RUN_DIR/run.json of a stage: `fields` (the stage's own options), then what every stage
+// records: the checkpoint it started from, the window, the tokenizer, the model's
+// configuration, the revision, the CPU and the command.
+void write_posttrain_run_record(const std::string& run_dir, const std::string& stage,
+                                nlohmann::ordered_json fields, const PosttrainStart& start,
+                                const nlohmann::json& tokenizer_record,
+                                const std::string& command_line);
+
+// The order a stage visits its n items in epoch `epoch`: a permutation by (seed, epoch, salt)
+// (Fisher–Yates on Rng), the same on every machine.
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, uint64_t salt);
+
 // The model must have the tokenizer's vocabulary (ids and size) and so its chat tokens:
 // InputError naming both sizes and the fix otherwise.
 void check_chat_vocabulary(const Config& config, const BpeTokenizer& tokenizer,

@@ -92,8 +92,13 @@ struct Completion {
 
 RlResult run_rl(const RlOptions& o) {
   check_options(o);
-  const BpeTokenizer tokenizer = BpeTokenizer::load(o.tokenizer);
-  const ChatTokens chat = chat_tokens(tokenizer);
+  const PosttrainStart start = resolve_posttrain_start("rl", o.checkpoint, o.run_dir, o.resume,
+                                                       o.tokenizer, o.window_blocks);
+  const BpeTokenizer& tokenizer = start.tokenizer;
+  const ChatTokens& chat = start.chat;
+  const std::string& start_checkpoint = start.checkpoint;
+  const Config& c = start.config;
+  const int64_t window = start.window_blocks;
   const std::vector<TaskCell> cells =
       o.tasks.empty() ? std::vector<TaskCell>{} : parse_task_mixture(o.tasks);
   std::optional<Rubric> rubric;
@@ -107,16 +112,7 @@ RlResult run_rl(const RlOptions& o) {
     }
     if (rubric->prompts.empty()) throw InputError("rl: rubric '" + o.rubric + "' has no prompts");
   }
-  const std::string start_checkpoint =
-      o.resume ? find_latest_checkpoint(o.run_dir) : require_checkpoint(o.checkpoint);
-  if (o.resume && start_checkpoint.empty()) {
-    throw InputError("rl --resume: no checkpoint under '" + o.run_dir + "/checkpoints'");
-  }
-  const Config c = read_checkpoint_config(start_checkpoint);
-  check_chat_vocabulary(c, tokenizer, chat, o.tokenizer);
   const int64_t seq_len = c.train_seq_len;
-  const int64_t window =
-      o.window_blocks > 0 ? o.window_blocks : attention_window_at(c, c.num_iterations);
   const int64_t total_updates = o.steps * o.updates_per_batch;
 
   Gpt model(c);
@@ -147,35 +143,29 @@ RlResult run_rl(const RlOptions& o) {
     run.truncate_metrics(state.step);
   } else {
     run.start_metrics();
-    nlohmann::ordered_json record = {
-        {"stage", "rl"},
-        {"from_checkpoint", std::filesystem::absolute(start_checkpoint).string()},
-        {"tasks", cells.empty() ? nlohmann::ordered_json(nullptr)
-                                : nlohmann::ordered_json(task_mixture_string(cells))},
-        {"rubric",
-         o.rubric.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.rubric)},
-        {"steps", o.steps},
-        {"prompts_per_step", o.prompts_per_step},
-        {"group_size", o.group_size},
-        {"max_tokens", o.max_tokens},
-        {"temperature", o.temperature},
-        {"top_k", o.top_k},
-        {"estimator", advantage_estimator_name(o.estimator)},
-        {"objective", policy_objective_name(o.loss.objective)},
-        {"clip_low", o.loss.clip_low},
-        {"clip_high", o.loss.clip_high},
-        {"kl_coef", o.loss.kl_coef},
-        {"aggregation", loss_aggregation_name(o.loss.aggregation.mode)},
-        {"updates_per_batch", o.updates_per_batch},
-        {"lr_scale", o.lr_scale},
-        {"seed", o.seed},
-        {"window_blocks", window},
-        {"tokenizer", o.tokenizer_record},
-        {"config", config_to_json(c)},
-        {"revision", build_revision()},
-        {"cpu", cpu_info().model_name},
-        {"command", o.command_line}};
-    write_file_atomic(o.run_dir + "/run.json", record.dump(2) + "\n");
+    write_posttrain_run_record(
+        o.run_dir, "rl",
+        nlohmann::ordered_json{
+            {"tasks", cells.empty() ? nlohmann::ordered_json(nullptr)
+                                    : nlohmann::ordered_json(task_mixture_string(cells))},
+            {"rubric",
+             o.rubric.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.rubric)},
+            {"steps", o.steps},
+            {"prompts_per_step", o.prompts_per_step},
+            {"group_size", o.group_size},
+            {"max_tokens", o.max_tokens},
+            {"temperature", o.temperature},
+            {"top_k", o.top_k},
+            {"estimator", advantage_estimator_name(o.estimator)},
+            {"objective", policy_objective_name(o.loss.objective)},
+            {"clip_low", o.loss.clip_low},
+            {"clip_high", o.loss.clip_high},
+            {"kl_coef", o.loss.kl_coef},
+            {"aggregation", loss_aggregation_name(o.loss.aggregation.mode)},
+            {"updates_per_batch", o.updates_per_batch},
+            {"lr_scale", o.lr_scale},
+            {"seed", o.seed}},
+        start, o.tokenizer_record, o.command_line);
   }
 
   ModelScorer scorer(model, window);

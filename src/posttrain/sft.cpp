@@ -68,18 +68,6 @@ Conversations load_conversations(const SftOptions& o) {
   return c;
 }
 
-// Row order: epoch e is a permutation of the rows by (seed, e) (Fisher–Yates on Rng).
-std::vector<int64_t> epoch_order(int64_t rows, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> order(static_cast<size_t>(rows));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  Rng rng(seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(epoch) + 1);
-  for (int64_t i = rows - 1; i > 0; --i) {
-    const auto j = static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(i + 1));
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
-  }
-  return order;
-}
-
 void print_eval(const char* when, const ChatEvalResult& r) {
   std::fprintf(stderr, "sft: %s: pass@1 %.3f over the held-out problems (", when, r.pass_at_1);
   for (size_t i = 0; i < r.cells.size(); ++i) {
@@ -113,22 +101,18 @@ nlohmann::ordered_json chat_eval_json(const ChatEvalResult& result, int64_t step
 
 SftResult run_sft(const SftOptions& o) {
   check_options(o);
-  const BpeTokenizer tokenizer = BpeTokenizer::load(o.tokenizer);
-  const ChatTokens chat = chat_tokens(tokenizer);
-  const std::string start_checkpoint =
-      o.resume ? find_latest_checkpoint(o.run_dir) : require_checkpoint(o.checkpoint);
-  if (o.resume && start_checkpoint.empty()) {
-    throw InputError("sft --resume: no checkpoint under '" + o.run_dir + "/checkpoints'");
-  }
-  const Config c = read_checkpoint_config(start_checkpoint);
-  check_chat_vocabulary(c, tokenizer, chat, o.tokenizer);
+  const PosttrainStart start = resolve_posttrain_start("sft", o.checkpoint, o.run_dir, o.resume,
+                                                       o.tokenizer, o.window_blocks);
+  const BpeTokenizer& tokenizer = start.tokenizer;
+  const ChatTokens& chat = start.chat;
+  const std::string& start_checkpoint = start.checkpoint;
+  const Config& c = start.config;
+  const int64_t window = start.window_blocks;
   const int64_t seq_len = o.seq_len > 0 ? o.seq_len : c.train_seq_len;
   if (seq_len % c.block_size != 0) {
     throw InputError("sft: --seq-len " + std::to_string(seq_len) + " must be a multiple of " +
                      "the model's block_size (" + std::to_string(c.block_size) + ")");
   }
-  const int64_t window =
-      o.window_blocks > 0 ? o.window_blocks : attention_window_at(c, c.num_iterations);
 
   // The data: rendered, packed, its order per epoch.
   const Conversations convs = load_conversations(o);
@@ -166,33 +150,28 @@ SftResult run_sft(const SftOptions& o) {
     run.truncate_metrics(state.step);
   } else {
     run.start_metrics();
-    nlohmann::ordered_json record = {
-        {"stage", "sft"},
-        {"from_checkpoint", std::filesystem::absolute(start_checkpoint).string()},
-        {"data", o.data.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.data)},
-        {"tasks", o.tasks.empty()
-                      ? nlohmann::ordered_json(nullptr)
-                      : nlohmann::ordered_json(task_mixture_string(parse_task_mixture(o.tasks)))},
-        {"examples_per_cell", o.examples_per_cell},
-        {"conversations", convs.list.size()},
-        {"rows", rows.rows},
-        {"seq_len", seq_len},
-        {"loss_tokens", rows.loss_tokens},
-        {"row_fill",
-         static_cast<double>(rows.item_tokens) / static_cast<double>(rows.rows * (seq_len + 1))},
-        {"epochs", o.epochs},
-        {"rows_per_step", o.rows_per_step},
-        {"steps", total_steps},
-        {"lr_scale", o.lr_scale},
-        {"cooldown_frac", o.cooldown_frac},
-        {"seed", o.seed},
-        {"window_blocks", window},
-        {"tokenizer", o.tokenizer_record},
-        {"config", config_to_json(c)},
-        {"revision", build_revision()},
-        {"cpu", cpu_info().model_name},
-        {"command", o.command_line}};
-    write_file_atomic(o.run_dir + "/run.json", record.dump(2) + "\n");
+    write_posttrain_run_record(
+        o.run_dir, "sft",
+        nlohmann::ordered_json{
+            {"data",
+             o.data.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.data)},
+            {"tasks", o.tasks.empty() ? nlohmann::ordered_json(nullptr)
+                                      : nlohmann::ordered_json(
+                                            task_mixture_string(parse_task_mixture(o.tasks)))},
+            {"examples_per_cell", o.examples_per_cell},
+            {"conversations", convs.list.size()},
+            {"rows", rows.rows},
+            {"seq_len", seq_len},
+            {"loss_tokens", rows.loss_tokens},
+            {"row_fill", static_cast<double>(rows.item_tokens) /
+                             static_cast<double>(rows.rows * (seq_len + 1))},
+            {"epochs", o.epochs},
+            {"rows_per_step", o.rows_per_step},
+            {"steps", total_steps},
+            {"lr_scale", o.lr_scale},
+            {"cooldown_frac", o.cooldown_frac},
+            {"seed", o.seed}},
+        start, o.tokenizer_record, o.command_line);
   }
 
   SftResult result;
@@ -248,7 +227,7 @@ SftResult run_sft(const SftOptions& o) {
     const Clock::time_point t0 = Clock::now();
     const int64_t epoch = step / steps_per_epoch;
     if (epoch != order_epoch) {
-      order = epoch_order(rows.rows, o.seed, epoch);
+      order = epoch_order(rows.rows, o.seed, epoch, 1);
       order_epoch = epoch;
     }
     const int64_t first = (step % steps_per_epoch) * o.rows_per_step;
