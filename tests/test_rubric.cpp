@@ -807,8 +807,10 @@ TEST(RubricCli, JudgeCheckpointJudgesTheJudgeCriteria) {
         "Question: is fortune " + std::to_string(i) + " kind? Answer: Yes, it says hello.\n%\n";
   }
   write_file_atomic(d + "/f.txt", corpus);
+  // A base model judges (no chat format): the tokenizer keeps micro_config's EOT at 299.
   ASSERT_EQ(run_nanogpt("tokenizer train --input " + d +
-                        "/f.txt --doc-separator % --vocab-size 300 --output " + d + "/tok.json")
+                        "/f.txt --doc-separator % --vocab-size 300 --no-chat-tokens --output " + d +
+                        "/tok.json")
                 .exit_code,
             0);
   auto tokenized =
