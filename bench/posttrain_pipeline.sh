@@ -21,7 +21,8 @@ for s in $SEEDS; do
     --examples 1000 --epochs 2 --rows-per-step 4 --seed "$s" --eval-problems 50 --eval-max-tokens 16 \
     --out "$OUT/sft-s$s"
   [ -d "$OUT/dpo-s$s/checkpoints" ] || "$NANOGPT" dpo --checkpoint "$OUT/sft-s$s" --tasks "$RL_TASKS" \
-    --pair-problems 256 --pair-group 8 --pair-max-tokens 16 --epochs 2 --pairs-per-step 16 --seed "$s" \
+    --pair-problems 256 --pair-group 8 --pair-max-tokens 16 --epochs 4 --pairs-per-step 16 --lr-scale 0.1 \
+    --seed "$s" \
     --eval-tasks "$RL_TASKS" --eval-problems 50 --out "$OUT/dpo-s$s"
   [ -d "$OUT/rl-s$s/checkpoints" ] || "$NANOGPT" rl --checkpoint "$OUT/sft-s$s" --tasks "$RL_TASKS" \
     --steps 60 --prompts 8 --group 8 --max-tokens 16 --temperature 1.0 --lr-scale 0.05 --eval-every 20 \
