@@ -1,6 +1,7 @@
 #include "posttrain/chat_eval.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "eval/pass_at_k.hpp"
 #include "eval/task_registry.hpp"
@@ -95,6 +96,49 @@ ChatEvalResult evaluate_chat_tasks(ModelScorer& scorer, const BpeTokenizer& toke
   out.pass_at_k = pk / count;
   out.mean_reply_tokens = tokens / total_replies;
   return out;
+}
+
+nlohmann::ordered_json chat_eval_json(const ChatEvalResult& result, int64_t step) {
+  nlohmann::ordered_json cells = nlohmann::ordered_json::object();
+  for (const CellScore& cs : result.cells) {
+    cells[cs.cell.family + ":" + std::to_string(cs.cell.level)] = {
+        {"pass@1", cs.pass_at_1},
+        {"pass@k", cs.pass_at_k},
+        {"reward", cs.mean_reward},
+        {"problems", cs.problems},
+        {"reply_tokens", cs.mean_reply_tokens},
+        {"ended", cs.ended_fraction}};
+  }
+  return {{"step", step},
+          {"eval",
+           {{"pass@1", result.pass_at_1},
+            {"pass@k", result.pass_at_k},
+            {"reply_tokens", result.mean_reply_tokens},
+            {"cells", cells}}}};
+}
+
+ChatEvalResult evaluate_and_record(ModelScorer& scorer, const BpeTokenizer& tokenizer,
+                                   const ChatTokens& chat, const std::vector<TaskCell>& cells,
+                                   ChatEvalOptions options, int64_t seq_len,
+                                   const RunDirectory& run, const std::string& stage,
+                                   int64_t step) {
+  options.max_prompt_tokens = seq_len;
+  ChatEvalResult r = evaluate_chat_tasks(scorer, tokenizer, chat, cells, options);
+  run.append_metrics(chat_eval_json(r, step));
+  std::fprintf(stderr, "%s: step %lld: held-out pass@1 %.3f (", stage.c_str(),
+               static_cast<long long>(step), r.pass_at_1);
+  for (size_t i = 0; i < r.cells.size(); ++i) {
+    const CellScore& cs = r.cells[i];
+    std::fprintf(stderr, "%s%s:%d %.2f", i > 0 ? ", " : "", cs.cell.family.c_str(), cs.cell.level,
+                 cs.pass_at_1);
+  }
+  if (options.k > 1) {
+    std::fprintf(stderr, "), pass@%lld %.3f", static_cast<long long>(options.k), r.pass_at_k);
+  } else {
+    std::fprintf(stderr, ")");
+  }
+  std::fprintf(stderr, "; reply %.1f tokens\n", r.mean_reply_tokens);
+  return r;
 }
 
 }  // namespace nanogpt

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "eval/model_scorer.hpp"
 #include "eval/task_instance.hpp"
 #include "posttrain/task_conversations.hpp"
+#include "train/run_directory.hpp"
 
 namespace nanogpt {
 
@@ -56,5 +58,16 @@ struct ChatEvalResult {
 ChatEvalResult evaluate_chat_tasks(ModelScorer& scorer, const BpeTokenizer& tokenizer,
                                    const ChatTokens& chat, const std::vector<TaskCell>& cells,
                                    const ChatEvalOptions& options);
+
+// The line a chat evaluation adds to metrics.jsonl: pass@1 and pass@k overall and per cell.
+nlohmann::ordered_json chat_eval_json(const ChatEvalResult& result, int64_t step);
+
+// What the stages do at each evaluation: evaluate_chat_tasks with the options' context set to
+// seq_len, its line appended to the run's metrics.jsonl, one line on stderr ("STAGE: step N:
+// held-out pass@1 ...").
+ChatEvalResult evaluate_and_record(ModelScorer& scorer, const BpeTokenizer& tokenizer,
+                                   const ChatTokens& chat, const std::vector<TaskCell>& cells,
+                                   ChatEvalOptions options, int64_t seq_len,
+                                   const RunDirectory& run, const std::string& stage, int64_t step);
 
 }  // namespace nanogpt

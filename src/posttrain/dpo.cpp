@@ -14,7 +14,6 @@
 #include "posttrain/preference_pairs.hpp"
 #include "posttrain/run_curves.hpp"
 #include "posttrain/sequence_batch.hpp"
-#include "posttrain/sft.hpp"
 #include "posttrain/task_conversations.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cpu_info.hpp"
@@ -189,14 +188,9 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   std::unique_ptr<ModelScorer> scorer;
   auto evaluate_now = [&](int64_t step) {
     if (!scorer) scorer = std::make_unique<ModelScorer>(model, window);
-    ChatEvalOptions eo = o.eval;
-    eo.max_prompt_tokens = seq_len;
-    ChatEvalResult r = evaluate_chat_tasks(*scorer, tokenizer, chat, eval_cells, eo);
-    run.append_metrics(chat_eval_json(r, step));
     result.evaluated = true;
-    std::fprintf(stderr, "dpo: step %lld: held-out pass@1 %.3f\n", static_cast<long long>(step),
-                 r.pass_at_1);
-    return r;
+    return evaluate_and_record(*scorer, tokenizer, chat, eval_cells, o.eval, seq_len, run, "dpo",
+                               step);
   };
   if (!eval_cells.empty() && !o.resume) result.before = evaluate_now(0);
 

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -22,12 +21,12 @@
 #include "posttrain/rollouts.hpp"
 #include "posttrain/run_curves.hpp"
 #include "posttrain/sequence_batch.hpp"
-#include "posttrain/sft.hpp"
 #include "posttrain/task_conversations.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/stopwatch.hpp"
 #include "train/attention_window.hpp"
 #include "train/run_directory.hpp"
 #include "train/stop_signals.hpp"
@@ -35,12 +34,6 @@
 namespace nanogpt {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 void check_options(const RlOptions& o) {
   if (o.tasks.empty() == o.rubric.empty()) {
@@ -216,15 +209,8 @@ RlResult run_rl(const RlOptions& o) {
       }
       return ChatEvalResult{};
     }
-    ChatEvalOptions eo = o.eval;
-    eo.max_prompt_tokens = seq_len;
-    ChatEvalResult r = evaluate_chat_tasks(scorer, tokenizer, chat, cells, eo);
-    run.append_metrics(chat_eval_json(r, step));
     result.evaluated = true;
-    std::fprintf(stderr, "rl: step %lld: held-out pass@1 %.3f, pass@%lld %.3f, reply %.1f tokens\n",
-                 static_cast<long long>(step), r.pass_at_1, static_cast<long long>(eo.k),
-                 r.pass_at_k, r.mean_reply_tokens);
-    return r;
+    return evaluate_and_record(scorer, tokenizer, chat, cells, o.eval, seq_len, run, "rl", step);
   };
   if (o.evaluate && !o.resume) result.before = evaluate_now(0);
 
@@ -270,13 +256,13 @@ RlResult run_rl(const RlOptions& o) {
       }
     }
     // 2. Sampling: every prompt's group in one batched decode.
-    Clock::time_point t0 = Clock::now();
+    Stopwatch t0;
     rollout.step = step;
     const std::vector<std::vector<GeneratedSample>> samples =
         sample_completions(scorer, prompts, rollout);
-    m.sample_s = seconds_since(t0);
+    m.sample_s = t0.seconds();
     // 3. Scoring.
-    t0 = Clock::now();
+    t0.restart();
     std::vector<Completion> completions;
     std::vector<double> rewards;
     double step_tokens = 0;
@@ -317,10 +303,10 @@ RlResult run_rl(const RlOptions& o) {
       m.uniform_groups = ga.uniform_groups;
     }
     m.uniform_fraction = static_cast<double>(m.uniform_groups) / static_cast<double>(P);
-    m.score_s = seconds_since(t0);
+    m.score_s = t0.seconds();
 
     // 4. Training: each completion after its prompt, its sampled tokens marked.
-    t0 = Clock::now();
+    t0.restart();
     std::vector<std::vector<uint32_t>> seq_ids(completions.size());
     std::vector<std::vector<uint8_t>> seq_marks(completions.size());
     for (size_t k = 0; k < completions.size(); ++k) {
@@ -368,7 +354,7 @@ RlResult run_rl(const RlOptions& o) {
     double entropy_sum = 0;
     for (double e : entropy) entropy_sum += e;
     m.entropy = entropy_sum / static_cast<double>(entropy.size());
-    m.train_s = seconds_since(t0);
+    m.train_s = t0.seconds();
     ++step;
     ++result.steps_run;
     result.steps.push_back(m);

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -21,6 +20,7 @@
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "runtime/random.hpp"
+#include "runtime/stopwatch.hpp"
 #include "train/attention_window.hpp"
 #include "train/run_directory.hpp"
 #include "train/stop_signals.hpp"
@@ -28,12 +28,6 @@
 namespace nanogpt {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 void check_options(const SftOptions& o) {
   if (o.data.empty() == o.tasks.empty()) {
@@ -68,36 +62,7 @@ Conversations load_conversations(const SftOptions& o) {
   return c;
 }
 
-void print_eval(const char* when, const ChatEvalResult& r) {
-  std::fprintf(stderr, "sft: %s: pass@1 %.3f over the held-out problems (", when, r.pass_at_1);
-  for (size_t i = 0; i < r.cells.size(); ++i) {
-    const CellScore& cs = r.cells[i];
-    std::fprintf(stderr, "%s%s:%d %.2f", i > 0 ? ", " : "", cs.cell.family.c_str(), cs.cell.level,
-                 cs.pass_at_1);
-  }
-  std::fprintf(stderr, "); mean reply %.1f tokens\n", r.mean_reply_tokens);
-}
-
 }  // namespace
-
-nlohmann::ordered_json chat_eval_json(const ChatEvalResult& result, int64_t step) {
-  nlohmann::ordered_json cells = nlohmann::ordered_json::object();
-  for (const CellScore& cs : result.cells) {
-    cells[cs.cell.family + ":" + std::to_string(cs.cell.level)] = {
-        {"pass@1", cs.pass_at_1},
-        {"pass@k", cs.pass_at_k},
-        {"reward", cs.mean_reward},
-        {"problems", cs.problems},
-        {"reply_tokens", cs.mean_reply_tokens},
-        {"ended", cs.ended_fraction}};
-  }
-  return {{"step", step},
-          {"eval",
-           {{"pass@1", result.pass_at_1},
-            {"pass@k", result.pass_at_k},
-            {"reply_tokens", result.mean_reply_tokens},
-            {"cells", cells}}}};
-}
 
 SftResult run_sft(const SftOptions& o) {
   check_options(o);
@@ -195,17 +160,11 @@ SftResult run_sft(const SftOptions& o) {
   std::unique_ptr<ModelScorer> scorer;
   auto evaluate_now = [&](int64_t step) {
     if (!scorer) scorer = std::make_unique<ModelScorer>(model, window);
-    ChatEvalOptions eo = o.eval;
-    eo.max_prompt_tokens = seq_len;
-    ChatEvalResult r = evaluate_chat_tasks(*scorer, tokenizer, chat, eval_cells, eo);
-    run.append_metrics(chat_eval_json(r, step));
-    return r;
-  };
-  if (!eval_cells.empty() && !o.resume) {
-    result.before = evaluate_now(0);
     result.evaluated = true;
-    print_eval("before", result.before);
-  }
+    return evaluate_and_record(*scorer, tokenizer, chat, eval_cells, o.eval, seq_len, run, "sft",
+                               step);
+  };
+  if (!eval_cells.empty() && !o.resume) result.before = evaluate_now(0);
 
   const StopSignalScope signals(false);
   const int64_t rows_per_pass = std::max<int64_t>(1, c.micro_batch_tokens / seq_len);
@@ -224,7 +183,7 @@ SftResult run_sft(const SftOptions& o) {
       result.interrupted = true;
       break;
     }
-    const Clock::time_point t0 = Clock::now();
+    const Stopwatch t0;
     const int64_t epoch = step / steps_per_epoch;
     if (epoch != order_epoch) {
       order = epoch_order(rows.rows, o.seed, epoch, 1);
@@ -264,7 +223,7 @@ SftResult run_sft(const SftOptions& o) {
     ++result.steps_run;
     const double loss = loss_tokens > 0 ? loss_sum / static_cast<double>(loss_tokens) : 0.0;
     result.last_loss = loss;
-    const double step_s = seconds_since(t0);
+    const double step_s = t0.seconds();
     const int64_t tokens = (last - first) * seq_len;
     run.append_metrics({{"step", step},
                         {"loss", loss},
@@ -281,8 +240,6 @@ SftResult run_sft(const SftOptions& o) {
     if (!eval_cells.empty() && (at_end || (o.eval_every > 0 && step % o.eval_every == 0))) {
       if (o.live_line && isatty(STDERR_FILENO)) std::fputc('\n', stderr);
       result.after = evaluate_now(step);
-      result.evaluated = true;
-      if (!at_end) print_eval(("step " + std::to_string(step)).c_str(), result.after);
     }
     if (!at_end && o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save(step, loss);
   }
@@ -293,7 +250,6 @@ SftResult run_sft(const SftOptions& o) {
   } else {
     result.last_checkpoint = start_checkpoint;
   }
-  if (result.evaluated && step == total_steps) print_eval("after", result.after);
   write_run_curves(o.run_dir,
                    {{"loss (assistant tokens)", "/loss"},
                     {"held-out pass@1", "/eval/pass@1"},

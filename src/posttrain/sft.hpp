@@ -61,7 +61,4 @@ struct SftResult {
 
 SftResult run_sft(const SftOptions& options);
 
-// The line a chat evaluation adds to metrics.jsonl and prints: pass@1 overall and per cell.
-nlohmann::ordered_json chat_eval_json(const ChatEvalResult& result, int64_t step);
-
 }  // namespace nanogpt
