@@ -249,6 +249,12 @@ TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {
   o.temperature = 0;
   EXPECT_THROW(run_rl(o), InputError);
   o = rl_options(f, f.dir.path() + "/never");
+  o.top_k = 5;  // sampling from a truncated distribution would not match the update's log-probs
+  EXPECT_THROW(run_rl(o), InputError);
+  o = rl_options(f, f.dir.path() + "/never");
+  o.eval.problems_per_cell = 0;
+  EXPECT_THROW(run_rl(o), InputError);
+  o = rl_options(f, f.dir.path() + "/never");
   o.group_size = 1;
   EXPECT_THROW(run_rl(o), InputError);
   o = rl_options(f, f.dir.path() + "/never");

@@ -37,8 +37,6 @@ void register_rl(CLI::App& app) {
   cmd->add_option("--max-tokens", opts.max_tokens, "Longest completion")->capture_default_str();
   cmd->add_option("--temperature", opts.temperature, "Sampling temperature (> 0)")
       ->capture_default_str();
-  cmd->add_option("--top-k", opts.top_k, "Sample among the k most likely tokens (0: all)")
-      ->capture_default_str();
   cmd->add_option("--estimator", a->estimator,
                   "Advantages: grpo, reinforce_group_mean, reinforce_ema")
       ->capture_default_str();

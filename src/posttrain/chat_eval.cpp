@@ -10,13 +10,22 @@
 
 namespace nanogpt {
 
-ChatEvalResult evaluate_chat_tasks(ModelScorer& scorer, const BpeTokenizer& tokenizer,
-                                   const ChatTokens& chat, const std::vector<TaskCell>& cells,
-                                   const ChatEvalOptions& options) {
+void check_chat_eval_options(const ChatEvalOptions& options) {
+  if (options.problems_per_cell < 1) {
+    throw InputError(
+        "chat evaluation: needs at least one problem per task and level (--eval-problems)");
+  }
   if (options.samples < 1 || options.k < 1 || options.k > options.samples) {
     throw InputError("chat evaluation: needs 1 <= k <= samples (k " + std::to_string(options.k) +
                      ", samples " + std::to_string(options.samples) + ")");
   }
+  if (options.max_tokens < 1) throw InputError("chat evaluation: --eval-max-tokens must be >= 1");
+}
+
+ChatEvalResult evaluate_chat_tasks(ModelScorer& scorer, const BpeTokenizer& tokenizer,
+                                   const ChatTokens& chat, const std::vector<TaskCell>& cells,
+                                   const ChatEvalOptions& options) {
+  check_chat_eval_options(options);
   const Config& c = scorer.config();
   const int64_t context =
       options.max_prompt_tokens > 0 ? options.max_prompt_tokens : c.train_seq_len;

@@ -53,6 +53,10 @@ struct ChatEvalResult {
   std::vector<Example> examples;
 };
 
+// InputError naming the option when the options cannot give an evaluation (no problems, k
+// outside 1..samples, no reply tokens): what the stages check before they write anything.
+void check_chat_eval_options(const ChatEvalOptions& options);
+
 // The test split's problems of every cell (mixture_problems with options.seed), answered and
 // verified. Batched: every problem's samples decode together (ModelScorer::generate).
 ChatEvalResult evaluate_chat_tasks(ModelScorer& scorer, const BpeTokenizer& tokenizer,

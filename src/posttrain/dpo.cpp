@@ -69,6 +69,7 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   }
   if (o.epochs < 1) throw InputError("dpo: --epochs must be >= 1");
   if (o.pairs_per_step < 1) throw InputError("dpo: --pairs-per-step must be >= 1");
+  if (!o.eval_tasks.empty()) check_chat_eval_options(o.eval);
   if (!(o.loss.beta > 0) || !std::isfinite(o.loss.beta)) {
     throw InputError("dpo: --beta must be > 0 (TRL's default 0.1)");
   }

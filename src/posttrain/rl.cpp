@@ -55,6 +55,11 @@ void check_options(const RlOptions& o) {
         "rl: --temperature must be > 0: the policy's log-probabilities are those of "
         "the tempered distribution it samples from");
   }
+  if (o.top_k != 0) {
+    throw InputError(
+        "rl: --top-k is not supported: the update's log-probabilities are those of "
+        "the whole tempered distribution, so sampling must draw from all of it");
+  }
   if (o.updates_per_batch < 1) throw InputError("rl: --updates must be >= 1");
   if (o.updates_per_batch > 1 && o.loss.objective == PolicyObjective::kReinforce) {
     throw InputError(
@@ -67,6 +72,7 @@ void check_options(const RlOptions& o) {
         "grpo, reinforce_group_mean or reinforce_ema");
   }
   check_policy_loss_config(o.loss);
+  if (o.evaluate) check_chat_eval_options(o.eval);
   if (!(o.ema_decay >= 0 && o.ema_decay < 1)) {
     throw InputError("rl: --ema-decay must be in [0, 1)");
   }

@@ -42,7 +42,7 @@ struct RlOptions {
   int64_t group_size = 8;  // completions per prompt
   int64_t max_tokens = 24;
   double temperature = 1.0;
-  int64_t top_k = 0;
+  int64_t top_k = 0;  // must stay 0: the update's log-probs are the whole tempered distribution's
   AdvantageEstimator estimator = AdvantageEstimator::kGrpo;
   double ema_decay = 0.9;         // kReinforceEma
   PolicyLossConfig loss;          // objective, ε_low/ε_high, β, aggregation

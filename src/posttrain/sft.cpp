@@ -37,6 +37,7 @@ void check_options(const SftOptions& o) {
   if (o.rows_per_step < 1) throw InputError("sft: --rows-per-step must be >= 1");
   if (o.examples_per_cell < 1) throw InputError("sft: --examples must be >= 1");
   if (o.seq_len < 0) throw InputError("sft: --seq-len must be >= 0 (0: the checkpoint's)");
+  if (o.evaluate) check_chat_eval_options(o.eval);
 }
 
 // The conversations to train on, and a name for each in errors.
