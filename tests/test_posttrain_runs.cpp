@@ -229,18 +229,49 @@ TEST(PosttrainRl, RubricRewardsAndCriterionRatesBeforeAndAfter) {
   EXPECT_NE(table.find("essential"), std::string::npos) << table;
   const std::string metrics = read_file(o.run_dir + "/metrics.jsonl");
   EXPECT_NE(metrics.find("\"criteria\""), std::string::npos);
-  // A judge criterion needs a judge model, which rl does not run: refused up front.
+  o.tasks = "sort:1";  // both sources at once: refused
+  o.run_dir = f.dir.path() + "/never";
+  EXPECT_THROW(run_rl(o), InputError);
+  EXPECT_FALSE(std::filesystem::exists(o.run_dir));
+}
+
+// A rubric whose only criterion is a judge's: the reward of a completion is the judge
+// checkpoint's P(" Yes"), strictly inside (0, 1) for a random judge, where every other check
+// gives 0 or 1. A judge criterion without --judge, a judge without a rubric and a judge that is
+// not a checkpoint are refused before anything is written.
+TEST(PosttrainRl, RubricJudgeCriteriaAreAnsweredByTheJudgeCheckpoint) {
+  Fixture f;
   const std::string judged = f.dir.path() + "/judged.json";
   write_file_atomic(judged,
                     R"({"name": "j", "criteria": [{"name": "kind", "description": "Is it kind?",
-    "class": "essential", "check": {"type": "judge"}}], "prompts": [{"name": "p", "prompt": "hi"}]})");
+    "class": "essential", "check": {"type": "judge"}}], "prompts": [{"name": "p", "prompt": "hi"},
+    {"name": "q", "prompt": "a fortune"}]})");
+  RlOptions o = rl_options(f, f.dir.path() + "/never");
+  o.tasks.clear();
   o.rubric = judged;
-  o.run_dir = f.dir.path() + "/never";
+  o.steps = 2;
+  o.prompts_per_step = 2;
+  o.eval.samples = 2;
+  EXPECT_THROW(run_rl(o), InputError);  // no judge
+  o.judge = f.dir.path() + "/no-such-checkpoint";
   EXPECT_THROW(run_rl(o), InputError);
-  o.tasks = "sort:1";  // and both sources at once
-  o.rubric = "builtin:fortune-answers";
-  EXPECT_THROW(run_rl(o), InputError);
+  RlOptions tasks_with_judge = rl_options(f, o.run_dir);
+  tasks_with_judge.judge = f.checkpoint;
+  EXPECT_THROW(run_rl(tasks_with_judge), InputError);
   EXPECT_FALSE(std::filesystem::exists(o.run_dir));
+
+  o.judge = f.checkpoint;
+  o.run_dir = f.dir.path() + "/judged-run";
+  const RlResult r = run_rl(o);
+  ASSERT_EQ(r.steps_run, 2);
+  for (const RlStepMetrics& m : r.steps) {
+    EXPECT_GT(m.mean_reward, 0.0);
+    EXPECT_LT(m.mean_reward, 1.0);
+    EXPECT_EQ(m.pass_rate, 0.0);  // a probability below 1 is never a pass
+  }
+  const std::string table = read_file(o.run_dir + "/rubric_rates.txt");
+  EXPECT_NE(table.find("kind"), std::string::npos) << table;
+  EXPECT_NE(read_file(o.run_dir + "/run.json").find("\"judge\""), std::string::npos);
 }
 
 TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {

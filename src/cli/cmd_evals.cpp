@@ -30,6 +30,7 @@
 #include "eval/task_registry.hpp"
 #include "eval/task_suite.hpp"
 #include "model/model_io.hpp"
+#include "posttrain/checkpoint_judge.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "runtime/profiler.hpp"
@@ -417,14 +418,6 @@ void register_make_rubric(CLI::App& evals) {
   });
 }
 
-// A checkpoint as a rubric's judge, with what it needs kept alive.
-struct CheckpointJudge {
-  std::unique_ptr<Gpt> model;
-  std::unique_ptr<BpeTokenizer> tokenizer;
-  std::unique_ptr<ModelScorer> scorer;
-  std::unique_ptr<ModelJudge> judge;
-};
-
 void register_rubric(CLI::App& evals) {
   auto* cmd = evals.add_subcommand(
       "rubric",
@@ -450,26 +443,17 @@ void register_rubric(CLI::App& evals) {
                   "Write every response's score, criterion by criterion, here (JSON Lines)");
   cmd->callback([a] {
     const Rubric rubric = load_rubric(a->rubric);
-    CheckpointJudge j;
+    std::unique_ptr<CheckpointJudge> judge;
     if (!a->judge.empty()) {
-      const std::string dir = require_checkpoint(a->judge);
-      const std::string spec = checkpoint_tokenizer_spec(dir, a->tokenizer);
-      j.tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::load(spec));
-      j.model = std::make_unique<Gpt>(read_checkpoint_config(dir));
-      load_model_weights(*j.model, dir);
-      const Config& c = j.model->config();
-      check_tokenizer_fits(Suite{}, *j.tokenizer, spec, c);
-      j.scorer = std::make_unique<ModelScorer>(
-          *j.model, a->window > 0 ? a->window : attention_window_at(c, c.num_iterations));
-      j.judge = std::make_unique<ModelJudge>(*j.scorer, *j.tokenizer);
+      judge = std::make_unique<CheckpointJudge>(a->judge, a->tokenizer, a->window);
     } else if (rubric_uses_judge(rubric)) {
       throw InputError("rubric '" + a->rubric +
                        "' has judge criteria and no judge is configured: pass --judge CHECKPOINT");
     }
     const auto rates_of = [&](const std::string& path, std::vector<RubricScore>* keep) {
       const std::vector<PromptResponse> responses = load_rubric_responses(path, rubric);
-      std::vector<RubricScore> scores =
-          score_responses(rubric, rubric_responses_view(responses), j.judge.get());
+      std::vector<RubricScore> scores = score_responses(rubric, rubric_responses_view(responses),
+                                                        judge ? &judge->judge() : nullptr);
       const RubricRates rates = rubric_rates(scores);
       if (keep != nullptr) *keep = std::move(scores);
       return rates;

@@ -28,6 +28,11 @@ void register_rl(CLI::App& app) {
   cmd->add_option("--rubric", opts.rubric,
                   "Or a rubric file (nanogpt evals make-rubric): its prompts, rewarded by its "
                   "weighted criteria; builtin:fortune-answers for the built-in one");
+  cmd->add_option("--judge", opts.judge,
+                  "A checkpoint (or run directory) that answers the rubric's judge criteria "
+                  "(P(\" Yes\") by log-likelihood)");
+  cmd->add_option("--judge-tokenizer", opts.judge_tokenizer,
+                  "The judge's tokenizer (default: the one recorded with its checkpoint)");
   cmd->add_option("--out", a->out, "Run directory (metrics.jsonl, run.json, checkpoints/)")
       ->required();
   cmd->add_flag("--resume", opts.resume, "Continue from the newest checkpoint in --out");
@@ -90,8 +95,9 @@ void register_rl(CLI::App& app) {
         resolve_posttrain_args("rl", o.checkpoint, a->out, o.resume, o.tokenizer);
     o.tokenizer = tok.spec;
     o.tokenizer_record = tok.record;
-    o.command_line =
-        "nanogpt rl --checkpoint " + o.checkpoint + " --tasks " + o.tasks + " --out " + a->out;
+    o.command_line = "nanogpt rl --checkpoint " + o.checkpoint +
+                     (o.rubric.empty() ? " --tasks " + o.tasks : " --rubric " + o.rubric) +
+                     (o.judge.empty() ? "" : " --judge " + o.judge) + " --out " + a->out;
     const RlResult r = run_rl(o);
     std::printf("%s\n", r.last_checkpoint.c_str());
   });

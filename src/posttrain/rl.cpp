@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "data/chat_format.hpp"
+#include "data/utf8.hpp"
 #include "eval/fortune_rubric.hpp"
 #include "eval/model_scorer.hpp"
 #include "eval/rubric.hpp"
@@ -16,6 +17,7 @@
 #include "eval/task_registry.hpp"
 #include "model/model_io.hpp"
 #include "optim/gpt_optimizer.hpp"
+#include "posttrain/checkpoint_judge.hpp"
 #include "posttrain/finetune_optimizer.hpp"
 #include "posttrain/posttrain_checkpoint.hpp"
 #include "posttrain/rollouts.hpp"
@@ -36,6 +38,9 @@ namespace nanogpt {
 namespace {
 
 void check_options(const RlOptions& o) {
+  if (!o.judge.empty() && o.rubric.empty()) {
+    throw InputError("rl: --judge answers a rubric's judge criteria; give it with --rubric FILE");
+  }
   if (o.tasks.empty() == o.rubric.empty()) {
     throw InputError(
         "rl: give the prompts and rewards with --tasks MIXTURE (verifiers) or "
@@ -104,13 +109,17 @@ RlResult run_rl(const RlOptions& o) {
   if (!o.rubric.empty()) {
     rubric =
         o.rubric == "builtin:fortune-answers" ? builtin_fortune_rubric() : load_rubric(o.rubric);
-    if (rubric_uses_judge(*rubric)) {
+    if (rubric_uses_judge(*rubric) && o.judge.empty()) {
       throw InputError("rl: rubric '" + o.rubric +
-                       "' has judge criteria, which rl does not run yet; drop them or score "
-                       "responses offline with `nanogpt evals rubric --judge`");
+                       "' has judge criteria and no judge: pass --judge CHECKPOINT (a checkpoint "
+                       "or run directory whose model answers them)");
     }
     if (rubric->prompts.empty()) throw InputError("rl: rubric '" + o.rubric + "' has no prompts");
   }
+  // Loaded before anything is written, so a bad judge leaves no run behind.
+  std::unique_ptr<CheckpointJudge> judge;
+  if (!o.judge.empty()) judge = std::make_unique<CheckpointJudge>(o.judge, o.judge_tokenizer, 0);
+  RubricJudge* const rubric_judge = judge ? &judge->judge() : nullptr;
   const int64_t seq_len = c.train_seq_len;
   const int64_t total_updates = o.steps * o.updates_per_batch;
 
@@ -149,6 +158,8 @@ RlResult run_rl(const RlOptions& o) {
                                     : nlohmann::ordered_json(task_mixture_string(cells))},
             {"rubric",
              o.rubric.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.rubric)},
+            {"judge",
+             judge ? nlohmann::ordered_json(judge->checkpoint()) : nlohmann::ordered_json(nullptr)},
             {"steps", o.steps},
             {"prompts_per_step", o.prompts_per_step},
             {"group_size", o.group_size},
@@ -191,15 +202,18 @@ RlResult run_rl(const RlOptions& o) {
       rs.seed = o.eval.seed ^ 0xE7A1ull;
       rs.assistant_end = chat.assistant_end;
       const auto samples = sample_completions(scorer, prompts, rs);
-      std::vector<RubricScore> scores;
+      std::vector<std::string> texts;
+      std::vector<RubricResponse> responses;
       for (size_t i = 0; i < prompts.size(); ++i) {
         for (const GeneratedSample& g : samples[i]) {
           std::vector<uint32_t> ids = g.tokens;
           if (!ids.empty() && ids.back() == chat.assistant_end) ids.pop_back();
-          scores.push_back(score(*rubric, rubric->prompts[i], tokenizer.decode(ids), nullptr));
+          texts.push_back(valid_utf8(tokenizer.decode(ids)));
+          responses.push_back({&rubric->prompts[i], {}});
         }
       }
-      const RubricRates rates = rubric_rates(scores);
+      for (size_t r = 0; r < texts.size(); ++r) responses[r].response = texts[r];
+      const RubricRates rates = rubric_rates(score_responses(*rubric, responses, rubric_judge));
       nlohmann::ordered_json criteria = nlohmann::ordered_json::object();
       for (const CriterionRate& cr : rates.criteria) criteria[cr.criterion] = cr.rate();
       run.append_metrics(
@@ -267,11 +281,10 @@ RlResult run_rl(const RlOptions& o) {
     const std::vector<std::vector<GeneratedSample>> samples =
         sample_completions(scorer, prompts, rollout);
     m.sample_s = t0.seconds();
-    // 3. Scoring.
+    // 3. Scoring: a rubric's judge questions of the whole step go to the judge in one batch.
     t0.restart();
     std::vector<Completion> completions;
-    std::vector<double> rewards;
-    double step_tokens = 0;
+    std::vector<std::string> texts;
     for (size_t i = 0; i < P; ++i) {
       for (const GeneratedSample& s : samples[i]) {
         Completion k;
@@ -282,16 +295,31 @@ RlResult run_rl(const RlOptions& o) {
         if (k.ended) text_ids.pop_back();
         // The model's <|endoftext|> was sampled too: it is part of what the update sees.
         if (s.hit_eot) k.tokens.push_back(static_cast<uint32_t>(c.eot_id));
-        const std::string text = tokenizer.decode(text_ids);
-        k.reward = rubric ? score(*rubric, *items[i], text, nullptr).reward
-                          : verify(problems[i], text).value;
-        rewards.push_back(k.reward);
-        step_tokens += static_cast<double>(k.tokens.size());
-        m.mean_reward += k.reward;
-        m.pass_rate += k.reward >= 1.0 ? 1.0 : 0.0;
-        m.mean_length += static_cast<double>(k.tokens.size());
+        // A sample may stop inside a character: checks and the judge read U+FFFD there.
+        texts.push_back(valid_utf8(tokenizer.decode(text_ids)));
         completions.push_back(std::move(k));
       }
+    }
+    if (rubric) {
+      std::vector<RubricResponse> responses;
+      for (size_t k = 0; k < completions.size(); ++k) {
+        responses.push_back({items[completions[k].problem], texts[k]});
+      }
+      const std::vector<RubricScore> scores = score_responses(*rubric, responses, rubric_judge);
+      for (size_t k = 0; k < completions.size(); ++k) completions[k].reward = scores[k].reward;
+    } else {
+      for (size_t k = 0; k < completions.size(); ++k) {
+        completions[k].reward = verify(problems[completions[k].problem], texts[k]).value;
+      }
+    }
+    std::vector<double> rewards;
+    double step_tokens = 0;
+    for (const Completion& k : completions) {
+      rewards.push_back(k.reward);
+      step_tokens += static_cast<double>(k.tokens.size());
+      m.mean_reward += k.reward;
+      m.pass_rate += k.reward >= 1.0 ? 1.0 : 0.0;
+      m.mean_length += static_cast<double>(k.tokens.size());
     }
     const double n_completions = static_cast<double>(completions.size());
     m.mean_reward /= n_completions;

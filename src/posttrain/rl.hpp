@@ -32,8 +32,12 @@ struct RlOptions {
   nlohmann::json tokenizer_record;
   std::string tasks;  // the mixture whose train problems are the prompts
   // Or a rubric (eval/rubric.hpp): its prompts, in order, rewarded by its weighted criteria;
-  // "builtin:fortune-answers" is the built-in one. Judge criteria are not supported here yet.
+  // "builtin:fortune-answers" is the built-in one.
   std::string rubric;
+  // The checkpoint (or run directory) that answers the rubric's judge criteria
+  // (posttrain/checkpoint_judge.hpp), with its tokenizer (empty: the one recorded with it). A
+  // rubric with judge criteria needs one; a judge without a rubric is refused.
+  std::string judge, judge_tokenizer;
   std::string run_dir;
   bool resume = false;
   int64_t max_steps = 0;  // stop (with a checkpoint) after this many steps of this invocation
