@@ -26,19 +26,6 @@ namespace {
 
 using Fixture = MicroChatCheckpoint;
 
-// Conversations of a tiny skill: the reply is the user's word reversed.
-std::string write_conversations(const std::string& path, int n) {
-  std::vector<Conversation> convs;
-  const char* words[] = {"cat", "dog", "sun", "tea", "map", "pen", "cup", "hat"};
-  for (int i = 0; i < n; ++i) {
-    std::string w = words[i % 8];
-    std::string r(w.rbegin(), w.rend());
-    convs.push_back(Conversation{{{ChatRole::kUser, "reverse " + w}, {ChatRole::kAssistant, r}}});
-  }
-  write_conversations_jsonl(path, convs);
-  return path;
-}
-
 SftOptions sft_options(const Fixture& f, const std::string& out) {
   SftOptions o;
   o.checkpoint = f.checkpoint;
@@ -51,10 +38,6 @@ SftOptions sft_options(const Fixture& f, const std::string& out) {
   o.lr_scale = 1.0;
   o.live_line = false;
   return o;
-}
-
-std::string model_bytes(const std::string& checkpoint) {
-  return read_file(checkpoint + "/model.safetensors");
 }
 
 TEST(PosttrainSft, LearnsTheAssistantTokensAndCheckpointsAsAnyRun) {
@@ -340,18 +323,6 @@ TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
     }
     EXPECT_EQ(j, batch.offsets()[k + 1]);
   }
-}
-
-std::string write_pairs(const std::string& path, int n) {
-  std::vector<PreferencePair> pairs;
-  const char* words[] = {"cat", "dog", "sun", "tea", "map", "pen", "cup", "hat"};
-  for (int i = 0; i < n; ++i) {
-    const std::string w = words[i % 8];
-    pairs.push_back(
-        {Conversation{{{ChatRole::kUser, "reverse " + w}}}, std::string(w.rbegin(), w.rend()), w});
-  }
-  write_preference_pairs(path, pairs);
-  return path;
 }
 
 DpoOptions dpo_options(const Fixture& f, const std::string& out) {

@@ -129,11 +129,12 @@ nlohmann::ordered_json chat_eval_json(const ChatEvalResult& result, int64_t step
 ChatEvalResult evaluate_and_record(ModelScorer& scorer, const BpeTokenizer& tokenizer,
                                    const ChatTokens& chat, const std::vector<TaskCell>& cells,
                                    ChatEvalOptions options, int64_t seq_len,
-                                   const RunDirectory& run, const std::string& stage,
+                                   const RunDirectory* run, const std::string& stage,
                                    int64_t step) {
   options.max_prompt_tokens = seq_len;
   ChatEvalResult r = evaluate_chat_tasks(scorer, tokenizer, chat, cells, options);
-  run.append_metrics(chat_eval_json(r, step));
+  if (run == nullptr) return r;
+  run->append_metrics(chat_eval_json(r, step));
   std::fprintf(stderr, "%s: step %lld: held-out pass@1 %.3f (", stage.c_str(),
                static_cast<long long>(step), r.pass_at_1);
   for (size_t i = 0; i < r.cells.size(); ++i) {

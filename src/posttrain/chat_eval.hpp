@@ -68,10 +68,10 @@ nlohmann::ordered_json chat_eval_json(const ChatEvalResult& result, int64_t step
 
 // What the stages do at each evaluation: evaluate_chat_tasks with the options' context set to
 // seq_len, its line appended to the run's metrics.jsonl, one line on stderr ("STAGE: step N:
-// held-out pass@1 ...").
+// held-out pass@1 ..."); neither with `run` null (a stage's ranks other than 0).
 ChatEvalResult evaluate_and_record(ModelScorer& scorer, const BpeTokenizer& tokenizer,
                                    const ChatTokens& chat, const std::vector<TaskCell>& cells,
                                    ChatEvalOptions options, int64_t seq_len,
-                                   const RunDirectory& run, const std::string& stage, int64_t step);
+                                   const RunDirectory* run, const std::string& stage, int64_t step);
 
 }  // namespace nanogpt

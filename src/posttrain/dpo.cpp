@@ -1,5 +1,6 @@
 #include "posttrain/dpo.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "posttrain/preference_pairs.hpp"
 #include "posttrain/run_curves.hpp"
 #include "posttrain/sequence_batch.hpp"
+#include "posttrain/stage_ranks.hpp"
 #include "posttrain/task_conversations.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cpu_info.hpp"
@@ -81,6 +83,8 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   const Config& c = start.config;
   const int64_t window = start.window_blocks;
   const int64_t seq_len = c.train_seq_len;
+  Comm& comm = stage_comm(o.comm);
+  const bool root = comm.is_root();
   std::vector<TaskCell> eval_cells;
   if (!o.eval_tasks.empty()) eval_cells = parse_task_mixture(o.eval_tasks);
 
@@ -103,11 +107,13 @@ DpoRunResult run_dpo(const DpoOptions& o) {
     po.seq_len = seq_len;
     sampled = sample_policy_pairs(scorer, tokenizer, chat, cells, po);
     pairs = sampled->pairs;
-    std::fprintf(stderr,
-                 "dpo: %zu on-policy pairs from %lld problems (%lld with every completion scored "
-                 "alike), mean reward %.3f\n",
-                 pairs.size(), static_cast<long long>(sampled->problems),
-                 static_cast<long long>(sampled->uniform_problems), sampled->mean_reward);
+    if (root) {
+      std::fprintf(stderr,
+                   "dpo: %zu on-policy pairs from %lld problems (%lld with every completion scored "
+                   "alike), mean reward %.3f\n",
+                   pairs.size(), static_cast<long long>(sampled->problems),
+                   static_cast<long long>(sampled->uniform_problems), sampled->mean_reward);
+    }
     if (pairs.empty()) {
       throw InputError(
           "dpo: every problem's completions scored alike, so no pair could be built; "
@@ -132,8 +138,31 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   state.stage = "dpo";
   state.seed = o.seed;
   std::string reference_checkpoint = start_checkpoint;
+  const nlohmann::ordered_json fields{
+      {"pairs_file", pairs_source},
+      {"tasks",
+       o.tasks.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.tasks)},
+      {"on_policy", sampled
+                        ? nlohmann::ordered_json{{"problems", sampled->problems},
+                                                 {"uniform_problems", sampled->uniform_problems},
+                                                 {"mean_reward", sampled->mean_reward},
+                                                 {"group", o.policy_pairs.group_size},
+                                                 {"temperature", o.policy_pairs.temperature}}
+                        : nlohmann::ordered_json(nullptr)},
+      {"pairs", n_pairs},
+      {"loss", dpo_loss_kind_name(o.loss.kind)},
+      {"beta", o.loss.beta},
+      {"epochs", o.epochs},
+      {"pairs_per_step", o.pairs_per_step},
+      {"steps", total_steps},
+      {"lr_scale", o.lr_scale},
+      {"cooldown_frac", o.cooldown_frac},
+      {"seed", o.seed}};
+  check_stage_ranks_agree(comm, "dpo", fields.dump() + o.run_dir + (o.resume ? " resume" : ""),
+                          start_checkpoint);
   const Config oc = finetune_optimizer_config(c, o.lr_scale, o.cooldown_frac, total_steps);
-  GptOptimizer optimizer(model.params(), oc, model.precision());
+  GptOptimizer optimizer(model.params(), oc, model.precision(), comm,
+                         model.gradient_ready_stages());
   if (o.resume) {
     state = load_posttrain_state(start_checkpoint, "dpo", optimizer);
     reference_checkpoint = state.extra.at("reference").get<std::string>();
@@ -150,38 +179,28 @@ DpoRunResult run_dpo(const DpoOptions& o) {
     all.push_back(&p.chosen);
     all.push_back(&p.rejected);
   }
-  const std::vector<double> reference = sequence_logprobs(model, window, seq_len, pad, all);
+  // Each rank scores a slice of the sequences; every rank gets all of them.
+  const SliceRange ref_mine =
+      even_slice(static_cast<int64_t>(all.size()), comm.size(), comm.rank());
+  const std::vector<const RenderedConversation*> ref_slice(all.begin() + ref_mine.begin,
+                                                           all.begin() + ref_mine.end);
+  const std::vector<double> reference =
+      gather_by_rank(comm, sequence_logprobs(model, window, seq_len, pad, ref_slice),
+                     ref_mine.begin, static_cast<int64_t>(all.size()), "reference log-probs");
   if (o.resume) load_model_weights(model, start_checkpoint);
 
-  const RunDirectory run(o.run_dir);
-  if (o.resume) {
-    run.truncate_metrics(state.step);
-  } else {
-    run.start_metrics();
+  // Rank 0 alone writes the run directory.
+  std::optional<RunDirectory> run_directory;
+  if (root) run_directory.emplace(o.run_dir);
+  const RunDirectory* run = root ? &*run_directory : nullptr;
+  if (run != nullptr && o.resume) {
+    run->truncate_metrics(state.step);
+  } else if (run != nullptr) {
+    run->start_metrics();
     if (sampled) write_preference_pairs(pairs_source, pairs);
-    write_posttrain_run_record(
-        o.run_dir, "dpo",
-        nlohmann::ordered_json{
-            {"pairs_file", pairs_source},
-            {"tasks",
-             o.tasks.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.tasks)},
-            {"on_policy",
-             sampled ? nlohmann::ordered_json{{"problems", sampled->problems},
-                                              {"uniform_problems", sampled->uniform_problems},
-                                              {"mean_reward", sampled->mean_reward},
-                                              {"group", o.policy_pairs.group_size},
-                                              {"temperature", o.policy_pairs.temperature}}
-                     : nlohmann::ordered_json(nullptr)},
-            {"pairs", n_pairs},
-            {"loss", dpo_loss_kind_name(o.loss.kind)},
-            {"beta", o.loss.beta},
-            {"epochs", o.epochs},
-            {"pairs_per_step", o.pairs_per_step},
-            {"steps", total_steps},
-            {"lr_scale", o.lr_scale},
-            {"cooldown_frac", o.cooldown_frac},
-            {"seed", o.seed}},
-        start, o.tokenizer_record, o.command_line);
+    nlohmann::ordered_json record = fields;
+    record["ranks"] = comm.size();
+    write_posttrain_run_record(o.run_dir, "dpo", record, start, o.tokenizer_record, o.command_line);
   }
 
   DpoRunResult result;
@@ -195,7 +214,7 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   };
   if (!eval_cells.empty() && !o.resume) result.before = evaluate_now(0);
 
-  const StopSignalScope signals(false);
+  const StopSignalScope signals(Comm::launched_by_mpi());
   int64_t step = state.step;
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
@@ -206,7 +225,9 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   };
   double last_loss = 0;
   while (step < total_steps) {
-    if (stop_requested() || (o.max_steps > 0 && result.steps_run == o.max_steps)) {
+    // The ranks stop after the same step: a signal may reach them at different moments.
+    if (comm.max(stop_requested() ? 1 : 0, "stop request") != 0 ||
+        (o.max_steps > 0 && result.steps_run == o.max_steps)) {
       result.interrupted = true;
       break;
     }
@@ -217,44 +238,62 @@ DpoRunResult run_dpo(const DpoOptions& o) {
     }
     const int64_t first = (step % steps_per_epoch) * o.pairs_per_step;
     const int64_t last = std::min(n_pairs, first + o.pairs_per_step);
-    std::vector<std::vector<uint32_t>> ids;
-    std::vector<std::vector<uint8_t>> marks;
-    std::vector<double> ref_c, ref_r;
-    for (int64_t i = first; i < last; ++i) {
-      const auto p = static_cast<size_t>(order[static_cast<size_t>(i)]);
-      ids.push_back(rendered[p].chosen.ids);
-      marks.push_back(rendered[p].chosen.loss_mask);
-      ids.push_back(rendered[p].rejected.ids);
-      marks.push_back(rendered[p].rejected.loss_mask);
-      ref_c.push_back(reference[2 * p]);
-      ref_r.push_back(reference[2 * p + 1]);
-    }
-    SequenceBatch batch(std::move(ids), std::move(marks), seq_len, pad);
-    const std::vector<double> lp = batch.logprobs(model, window, 1.0f);
-    std::vector<double> pol_c, pol_r;
-    for (int64_t k = 0; k < batch.sequences(); ++k) {
-      double sum = 0;
-      for (int64_t j = batch.offsets()[static_cast<size_t>(k)];
-           j < batch.offsets()[static_cast<size_t>(k) + 1]; ++j) {
-        sum += lp[static_cast<size_t>(j)];
-      }
-      (k % 2 == 0 ? pol_c : pol_r).push_back(sum);
-    }
-    const DpoResult loss = dpo_loss(DpoLogps{pol_c, pol_r, ref_c, ref_r}, o.loss);
-    // Each token of a reply carries its sequence's gradient (the sequence's log-probability is
-    // the sum of its tokens').
-    std::vector<double> grad(lp.size());
-    for (int64_t k = 0; k < batch.sequences(); ++k) {
-      const double g = k % 2 == 0 ? loss.grad_policy_chosen[static_cast<size_t>(k / 2)]
-                                  : loss.grad_policy_rejected[static_cast<size_t>(k / 2)];
-      for (int64_t j = batch.offsets()[static_cast<size_t>(k)];
-           j < batch.offsets()[static_cast<size_t>(k) + 1]; ++j) {
-        grad[static_cast<size_t>(j)] = g;
-      }
-    }
+    // This rank's slice of the step's pairs; the loss is the mean over all of them.
+    const SliceRange mine = even_slice(last - first, comm.size(), comm.rank());
     model.zero_grads();
-    batch.backward(model, window, 1.0f, grad);
+    // Sums over this rank's pairs of the loss and the metrics, to be summed over the ranks.
+    std::array<double, 5> sums{};
+    if (mine.size() > 0) {
+      std::vector<std::vector<uint32_t>> ids;
+      std::vector<std::vector<uint8_t>> marks;
+      std::vector<double> ref_c, ref_r;
+      for (int64_t i = first + mine.begin; i < first + mine.end; ++i) {
+        const auto p = static_cast<size_t>(order[static_cast<size_t>(i)]);
+        ids.push_back(rendered[p].chosen.ids);
+        marks.push_back(rendered[p].chosen.loss_mask);
+        ids.push_back(rendered[p].rejected.ids);
+        marks.push_back(rendered[p].rejected.loss_mask);
+        ref_c.push_back(reference[2 * p]);
+        ref_r.push_back(reference[2 * p + 1]);
+      }
+      SequenceBatch batch(std::move(ids), std::move(marks), seq_len, pad);
+      const std::vector<double> lp = batch.logprobs(model, window, 1.0f);
+      std::vector<double> pol_c, pol_r;
+      for (int64_t k = 0; k < batch.sequences(); ++k) {
+        double sum = 0;
+        for (int64_t j = batch.offsets()[static_cast<size_t>(k)];
+             j < batch.offsets()[static_cast<size_t>(k) + 1]; ++j) {
+          sum += lp[static_cast<size_t>(j)];
+        }
+        (k % 2 == 0 ? pol_c : pol_r).push_back(sum);
+      }
+      const DpoResult part = dpo_loss(DpoLogps{pol_c, pol_r, ref_c, ref_r}, o.loss, last - first);
+      // Each token of a reply carries its sequence's gradient (the sequence's log-probability
+      // is the sum of its tokens').
+      std::vector<double> grad(lp.size());
+      for (int64_t k = 0; k < batch.sequences(); ++k) {
+        const double g = k % 2 == 0 ? part.grad_policy_chosen[static_cast<size_t>(k / 2)]
+                                    : part.grad_policy_rejected[static_cast<size_t>(k / 2)];
+        for (int64_t j = batch.offsets()[static_cast<size_t>(k)];
+             j < batch.offsets()[static_cast<size_t>(k) + 1]; ++j) {
+          grad[static_cast<size_t>(j)] = g;
+        }
+      }
+      batch.backward(model, window, 1.0f, grad);
+      const auto n = static_cast<double>(part.pairs);
+      sums = {part.loss, part.reward_chosen * n, part.reward_rejected * n, part.reward_margin * n,
+              part.reward_accuracy * n};
+    }
+    comm.sum_in_place(sums, "dpo loss and rewards");
+    sum_gradients(comm, model.grads());
     optimizer.step(model.params(), model.grads(), step);
+    const auto n_step = static_cast<double>(last - first);
+    DpoResult loss;
+    loss.loss = sums[0];  // each part's loss is already divided by the step's pairs
+    loss.reward_chosen = sums[1] / n_step;
+    loss.reward_rejected = sums[2] / n_step;
+    loss.reward_margin = sums[3] / n_step;
+    loss.reward_accuracy = sums[4] / n_step;
     ++step;
     ++result.steps_run;
     last_loss = loss.loss;
@@ -265,12 +304,14 @@ DpoRunResult run_dpo(const DpoOptions& o) {
                      loss.reward_margin,
                      loss.reward_accuracy};
     result.history.push_back(m);
-    run.append_metrics({{"step", step},
-                        {"loss", m.loss},
-                        {"rewards/chosen", m.reward_chosen},
-                        {"rewards/rejected", m.reward_rejected},
-                        {"rewards/margins", m.margin},
-                        {"rewards/accuracies", m.accuracy}});
+    if (run != nullptr) {
+      run->append_metrics({{"step", step},
+                           {"loss", m.loss},
+                           {"rewards/chosen", m.reward_chosen},
+                           {"rewards/rejected", m.reward_rejected},
+                           {"rewards/margins", m.margin},
+                           {"rewards/accuracies", m.accuracy}});
+    }
     const bool at_end = step == total_steps;
     if (!eval_cells.empty() && (at_end || (o.eval_every > 0 && step % o.eval_every == 0))) {
       result.after = evaluate_now(step);
@@ -282,13 +323,15 @@ DpoRunResult run_dpo(const DpoOptions& o) {
   } else {
     result.last_checkpoint = start_checkpoint;
   }
-  std::fprintf(stderr, "dpo: %lld steps, last loss %.4f\n", static_cast<long long>(step),
-               last_loss);
-  write_run_curves(o.run_dir,
-                   {{"loss", "/loss"},
-                    {"reward margin", "/rewards~1margins"},
-                    {"held-out pass@1", "/eval/pass@1"}},
-                   "nanogpt dpo: " + o.run_dir);
+  if (root) {
+    std::fprintf(stderr, "dpo: %lld steps, last loss %.4f\n", static_cast<long long>(step),
+                 last_loss);
+    write_run_curves(o.run_dir,
+                     {{"loss", "/loss"},
+                      {"reward margin", "/rewards~1margins"},
+                      {"held-out pass@1", "/eval/pass@1"}},
+                     "nanogpt dpo: " + o.run_dir);
+  }
   return result;
 }
 

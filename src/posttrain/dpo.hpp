@@ -15,6 +15,7 @@
 #include "posttrain/chat_eval.hpp"
 #include "posttrain/dpo_loss.hpp"
 #include "posttrain/policy_pairs.hpp"
+#include "runtime/comm.hpp"
 
 namespace nanogpt {
 
@@ -43,6 +44,9 @@ struct DpoOptions {
   int64_t eval_every = 0;
   ChatEvalOptions eval;
   std::string command_line;
+  // The ranks that train together (posttrain/stage_ranks.hpp); null: the job's world, so under
+  // mpirun every rank takes a slice of each step's pairs (and of the reference scoring).
+  Comm* comm = nullptr;
 };
 
 struct DpoStepMetrics {

@@ -46,7 +46,14 @@ std::string save_posttrain_state(const std::string& run_dir, const PosttrainStat
              {"val_loss", nullptr},
              {"tokenizer", tokenizer_record},
              {"revision", build_revision()}};
-  return save_checkpoint(run_dir, state.step, cc);
+  // export_state gathered the optimizer's shards on every rank; rank 0 alone writes.
+  Comm& comm = optimizer.comm();
+  std::string path =
+      (std::filesystem::path(run_dir) / "checkpoints" / checkpoint_dir_name(state.step)).string();
+  if (comm.is_root()) path = save_checkpoint(run_dir, state.step, cc);
+  // No rank goes on (and, at the end of a run, returns) before the checkpoint is on disk.
+  comm.barrier("checkpoint written");
+  return path;
 }
 
 PosttrainState load_posttrain_state(const std::string& checkpoint, const std::string& stage,

@@ -25,7 +25,9 @@ struct PosttrainState {
   nlohmann::json extra = nlohmann::json::object();  // the stage's own (e.g. RL's baseline)
 };
 
-// Writes RUN_DIR/checkpoints/step_NNNNNN (whole or not at all) and returns it.
+// Writes RUN_DIR/checkpoints/step_NNNNNN (whole or not at all) and returns it. A collective over
+// the optimizer's ranks (its state is gathered); rank 0 writes, and every rank returns the path
+// once it is written.
 std::string save_posttrain_state(const std::string& run_dir, const PosttrainState& state,
                                  const Gpt& model, GptOptimizer& optimizer, double loss,
                                  const nlohmann::json& tokenizer_record);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "posttrain/rollouts.hpp"
 #include "posttrain/run_curves.hpp"
 #include "posttrain/sequence_batch.hpp"
+#include "posttrain/stage_ranks.hpp"
 #include "posttrain/task_conversations.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cpu_info.hpp"
@@ -123,10 +125,44 @@ RlResult run_rl(const RlOptions& o) {
   const int64_t seq_len = c.train_seq_len;
   const int64_t total_updates = o.steps * o.updates_per_batch;
 
+  Comm& comm = stage_comm(o.comm);
+  const bool root = comm.is_root();
+  if (o.prompts_per_step < comm.size()) {
+    throw InputError("rl: --prompts " + std::to_string(o.prompts_per_step) + " is fewer than the " +
+                     std::to_string(comm.size()) +
+                     " ranks: each rank samples whole groups of at least one prompt; raise "
+                     "--prompts or run on fewer ranks");
+  }
+  const nlohmann::ordered_json fields{
+      {"tasks", cells.empty() ? nlohmann::ordered_json(nullptr)
+                              : nlohmann::ordered_json(task_mixture_string(cells))},
+      {"rubric",
+       o.rubric.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.rubric)},
+      {"judge",
+       judge ? nlohmann::ordered_json(judge->checkpoint()) : nlohmann::ordered_json(nullptr)},
+      {"steps", o.steps},
+      {"prompts_per_step", o.prompts_per_step},
+      {"group_size", o.group_size},
+      {"max_tokens", o.max_tokens},
+      {"temperature", o.temperature},
+      {"top_k", o.top_k},
+      {"estimator", advantage_estimator_name(o.estimator)},
+      {"objective", policy_objective_name(o.loss.objective)},
+      {"clip_low", o.loss.clip_low},
+      {"clip_high", o.loss.clip_high},
+      {"kl_coef", o.loss.kl_coef},
+      {"aggregation", loss_aggregation_name(o.loss.aggregation.mode)},
+      {"updates_per_batch", o.updates_per_batch},
+      {"lr_scale", o.lr_scale},
+      {"seed", o.seed}};
+  check_stage_ranks_agree(comm, "rl", fields.dump() + o.run_dir + (o.resume ? " resume" : ""),
+                          start_checkpoint);
+
   Gpt model(c);
   load_model_weights(model, start_checkpoint);
   const Config oc = finetune_optimizer_config(c, o.lr_scale, 1.0, total_updates);
-  GptOptimizer optimizer(model.params(), oc, model.precision());
+  GptOptimizer optimizer(model.params(), oc, model.precision(), comm,
+                         model.gradient_ready_stages());
   PosttrainState state;
   state.stage = "rl";
   state.seed = o.seed;
@@ -146,36 +182,17 @@ RlResult run_rl(const RlOptions& o) {
     load_model_weights(*reference, reference_checkpoint);
   }
 
-  const RunDirectory run(o.run_dir);
-  if (o.resume) {
-    run.truncate_metrics(state.step);
-  } else {
-    run.start_metrics();
-    write_posttrain_run_record(
-        o.run_dir, "rl",
-        nlohmann::ordered_json{
-            {"tasks", cells.empty() ? nlohmann::ordered_json(nullptr)
-                                    : nlohmann::ordered_json(task_mixture_string(cells))},
-            {"rubric",
-             o.rubric.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.rubric)},
-            {"judge",
-             judge ? nlohmann::ordered_json(judge->checkpoint()) : nlohmann::ordered_json(nullptr)},
-            {"steps", o.steps},
-            {"prompts_per_step", o.prompts_per_step},
-            {"group_size", o.group_size},
-            {"max_tokens", o.max_tokens},
-            {"temperature", o.temperature},
-            {"top_k", o.top_k},
-            {"estimator", advantage_estimator_name(o.estimator)},
-            {"objective", policy_objective_name(o.loss.objective)},
-            {"clip_low", o.loss.clip_low},
-            {"clip_high", o.loss.clip_high},
-            {"kl_coef", o.loss.kl_coef},
-            {"aggregation", loss_aggregation_name(o.loss.aggregation.mode)},
-            {"updates_per_batch", o.updates_per_batch},
-            {"lr_scale", o.lr_scale},
-            {"seed", o.seed}},
-        start, o.tokenizer_record, o.command_line);
+  // Rank 0 alone writes the run directory.
+  std::optional<RunDirectory> run_directory;
+  if (root) run_directory.emplace(o.run_dir);
+  const RunDirectory* run = root ? &*run_directory : nullptr;
+  if (run != nullptr && o.resume) {
+    run->truncate_metrics(state.step);
+  } else if (run != nullptr) {
+    run->start_metrics();
+    nlohmann::ordered_json record = fields;
+    record["ranks"] = comm.size();
+    write_posttrain_run_record(o.run_dir, "rl", record, start, o.tokenizer_record, o.command_line);
   }
 
   ModelScorer scorer(model, window);
@@ -216,12 +233,14 @@ RlResult run_rl(const RlOptions& o) {
       const RubricRates rates = rubric_rates(score_responses(*rubric, responses, rubric_judge));
       nlohmann::ordered_json criteria = nlohmann::ordered_json::object();
       for (const CriterionRate& cr : rates.criteria) criteria[cr.criterion] = cr.rate();
-      run.append_metrics(
-          {{"step", step}, {"eval", {{"reward", rates.mean_reward}, {"criteria", criteria}}}});
       result.evaluated = true;
-      std::fprintf(stderr, "rl: step %lld: rubric reward %.3f over %lld responses\n",
-                   static_cast<long long>(step), rates.mean_reward,
-                   static_cast<long long>(rates.responses));
+      if (run != nullptr) {
+        run->append_metrics(
+            {{"step", step}, {"eval", {{"reward", rates.mean_reward}, {"criteria", criteria}}}});
+        std::fprintf(stderr, "rl: step %lld: rubric reward %.3f over %lld responses\n",
+                     static_cast<long long>(step), rates.mean_reward,
+                     static_cast<long long>(rates.responses));
+      }
       if (!rubric_before) {
         rubric_before = rates;
       } else {
@@ -234,7 +253,7 @@ RlResult run_rl(const RlOptions& o) {
   };
   if (o.evaluate && !o.resume) result.before = evaluate_now(0);
 
-  const StopSignalScope signals(false);
+  const StopSignalScope signals(Comm::launched_by_mpi());
   const auto P = static_cast<size_t>(o.prompts_per_step);
   RolloutSampling rollout;
   rollout.group_size = o.group_size;
@@ -252,7 +271,9 @@ RlResult run_rl(const RlOptions& o) {
         save_posttrain_state(o.run_dir, state, model, optimizer, loss, o.tokenizer_record);
   };
   while (step < o.steps) {
-    if (stop_requested() || (o.max_steps > 0 && result.steps_run == o.max_steps)) {
+    // The ranks stop after the same step: a signal may reach them at different moments.
+    if (comm.max(stop_requested() ? 1 : 0, "stop request") != 0 ||
+        (o.max_steps > 0 && result.steps_run == o.max_steps)) {
       result.interrupted = true;
       break;
     }
@@ -275,20 +296,26 @@ RlResult run_rl(const RlOptions& o) {
         prompts.push_back(rollout_prompt(problem, tokenizer, chat, seq_len, o.max_tokens));
       }
     }
-    // 2. Sampling: every prompt's group in one batched decode.
+    // 2. Sampling: this rank's prompts (whole groups), every group in one batched decode.
+    const SliceRange mine = even_slice(o.prompts_per_step, comm.size(), comm.rank());
+    const auto first_prompt = static_cast<size_t>(mine.begin);
     Stopwatch t0;
     rollout.step = step;
+    rollout.first_prompt = first_prompt;
     const std::vector<std::vector<GeneratedSample>> samples =
-        sample_completions(scorer, prompts, rollout);
+        sample_completions(scorer,
+                           std::span<const std::vector<uint32_t>>(prompts).subspan(
+                               first_prompt, static_cast<size_t>(mine.size())),
+                           rollout);
     m.sample_s = t0.seconds();
     // 3. Scoring: a rubric's judge questions of the whole step go to the judge in one batch.
     t0.restart();
     std::vector<Completion> completions;
     std::vector<std::string> texts;
-    for (size_t i = 0; i < P; ++i) {
+    for (size_t i = 0; i < samples.size(); ++i) {
       for (const GeneratedSample& s : samples[i]) {
         Completion k;
-        k.problem = i;
+        k.problem = first_prompt + i;
         k.tokens = s.tokens;
         k.ended = !k.tokens.empty() && k.tokens.back() == end;
         std::vector<uint32_t> text_ids = k.tokens;
@@ -321,21 +348,31 @@ RlResult run_rl(const RlOptions& o) {
       m.pass_rate += k.reward >= 1.0 ? 1.0 : 0.0;
       m.mean_length += static_cast<double>(k.tokens.size());
     }
-    const double n_completions = static_cast<double>(completions.size());
-    m.mean_reward /= n_completions;
-    m.pass_rate /= n_completions;
-    m.mean_length /= n_completions;
-    m.rollout_tokens_per_s = step_tokens / m.sample_s;
+    // The step's metrics and group counts over every rank's completions.
+    std::array<double, 5> totals = {m.mean_reward, m.pass_rate, m.mean_length, step_tokens, 0.0};
     std::vector<double> advantages;
     if (o.estimator == AdvantageEstimator::kReinforceEma) {
-      advantages = ema_advantages(rewards, ema);
+      // One baseline for the whole step: every rank moves it by the same batch mean.
+      const int64_t first_completion = mine.begin * o.group_size;
+      const std::vector<double> all_rewards = gather_by_rank(
+          comm, rewards, first_completion, o.prompts_per_step * o.group_size, "rewards");
+      const std::vector<double> all = ema_advantages(all_rewards, ema);
+      advantages.assign(all.begin() + first_completion,
+                        all.begin() + first_completion + static_cast<int64_t>(rewards.size()));
     } else {
       GroupAdvantages ga = o.estimator == AdvantageEstimator::kGrpo
                                ? grpo_advantages(rewards, o.group_size)
                                : group_mean_advantages(rewards, o.group_size);
       advantages = std::move(ga.advantages);
-      m.uniform_groups = ga.uniform_groups;
+      totals[4] = static_cast<double>(ga.uniform_groups);
     }
+    comm.sum_in_place(totals, "rl step metrics");
+    const auto n_completions = static_cast<double>(o.prompts_per_step * o.group_size);
+    m.mean_reward = totals[0] / n_completions;
+    m.pass_rate = totals[1] / n_completions;
+    m.mean_length = totals[2] / n_completions;
+    m.rollout_tokens_per_s = totals[3] / m.sample_s;  // every rank's tokens, rank 0's seconds
+    m.uniform_groups = static_cast<int64_t>(totals[4]);
     m.uniform_fraction = static_cast<double>(m.uniform_groups) / static_cast<double>(P);
     m.score_s = t0.seconds();
 
@@ -356,6 +393,14 @@ RlResult run_rl(const RlOptions& o) {
     const std::vector<uint8_t> counted(static_cast<size_t>(batch.marked_tokens()), 1);
     const SequenceLayout layout{batch.offsets(), counted};
     const std::vector<double> token_advantages = advantages_per_token(layout, advantages);
+    // The whole step's sequences and tokens, every rank's: the losses' divisors.
+    LossNormalizers whole = count_normalizers(layout);
+    {
+      std::array<double, 2> counts = {static_cast<double>(whole.sequences),
+                                      static_cast<double>(whole.tokens)};
+      comm.sum_in_place(counts, "rl loss normalizers");
+      whole = {static_cast<int64_t>(counts[0]), static_cast<int64_t>(counts[1])};
+    }
     const auto temperature = static_cast<float>(o.temperature);
     std::vector<double> logp_ref;
     if (reference) logp_ref = batch.logprobs(*reference, window, temperature);
@@ -374,46 +419,53 @@ RlResult run_rl(const RlOptions& o) {
       if (lc.aggregation.mode == LossAggregation::kConstant && lc.aggregation.max_length == 0) {
         lc.aggregation.max_length = o.max_tokens + 1;  // + the <|endoftext|> a sample may end with
       }
-      const PolicyLossResult pl = policy_loss(tokens, lc);
+      // This rank's part of the step's loss: normalised by the whole step's counts.
+      const PolicyLossResult pl = policy_loss(tokens, lc, whole);
       model.zero_grads();
       batch.backward(model, window, temperature, pl.grad_logp);
+      sum_gradients(comm, model.grads());
       optimizer.step(model.params(), model.grads(), step * o.updates_per_batch + u);
       if (u == 0) {
-        m.loss = pl.loss;
-        m.clip_fraction = pl.clip_fraction;
-        m.mean_kl = pl.mean_kl;
-        m.mean_ratio = pl.mean_ratio;
+        const auto n = static_cast<double>(pl.tokens);
+        std::array<double, 6> sums = {
+            pl.loss, pl.clip_fraction * n, pl.mean_kl * n, pl.mean_ratio * n, n, 0.0};
+        for (double e : entropy) sums[5] += e;
+        comm.sum_in_place(sums, "rl loss metrics");
+        m.loss = sums[0];
+        m.clip_fraction = sums[1] / sums[4];
+        m.mean_kl = sums[2] / sums[4];
+        m.mean_ratio = sums[3] / sums[4];
+        m.entropy = sums[5] / static_cast<double>(whole.tokens);
       }
     }
-    double entropy_sum = 0;
-    for (double e : entropy) entropy_sum += e;
-    m.entropy = entropy_sum / static_cast<double>(entropy.size());
     m.train_s = t0.seconds();
     ++step;
     ++result.steps_run;
     result.steps.push_back(m);
-    run.append_metrics({{"step", step},
-                        {"reward", m.mean_reward},
-                        {"pass_rate", m.pass_rate},
-                        {"length", m.mean_length},
-                        {"uniform_groups", m.uniform_groups},
-                        {"uniform_fraction", m.uniform_fraction},
-                        {"loss", m.loss},
-                        {"clip_fraction", m.clip_fraction},
-                        {"kl", m.mean_kl},
-                        {"ratio", m.mean_ratio},
-                        {"entropy", m.entropy},
-                        {"sample_s", m.sample_s},
-                        {"score_s", m.score_s},
-                        {"train_s", m.train_s},
-                        {"step_s", m.sample_s + m.score_s + m.train_s},
-                        {"rollout_tokens_per_s", m.rollout_tokens_per_s}});
-    std::fprintf(stderr,
-                 "rl: step %lld/%lld reward %.3f pass %.2f length %.1f uniform groups %lld/%zu "
-                 "kl %.4f entropy %.3f | sample %.2fs (%.0f tok/s) score %.3fs train %.2fs\n",
-                 static_cast<long long>(step), static_cast<long long>(o.steps), m.mean_reward,
-                 m.pass_rate, m.mean_length, static_cast<long long>(m.uniform_groups), P, m.mean_kl,
-                 m.entropy, m.sample_s, m.rollout_tokens_per_s, m.score_s, m.train_s);
+    if (run != nullptr) {
+      run->append_metrics({{"step", step},
+                           {"reward", m.mean_reward},
+                           {"pass_rate", m.pass_rate},
+                           {"length", m.mean_length},
+                           {"uniform_groups", m.uniform_groups},
+                           {"uniform_fraction", m.uniform_fraction},
+                           {"loss", m.loss},
+                           {"clip_fraction", m.clip_fraction},
+                           {"kl", m.mean_kl},
+                           {"ratio", m.mean_ratio},
+                           {"entropy", m.entropy},
+                           {"sample_s", m.sample_s},
+                           {"score_s", m.score_s},
+                           {"train_s", m.train_s},
+                           {"step_s", m.sample_s + m.score_s + m.train_s},
+                           {"rollout_tokens_per_s", m.rollout_tokens_per_s}});
+      std::fprintf(stderr,
+                   "rl: step %lld/%lld reward %.3f pass %.2f length %.1f uniform groups %lld/%zu "
+                   "kl %.4f entropy %.3f | sample %.2fs (%.0f tok/s) score %.3fs train %.2fs\n",
+                   static_cast<long long>(step), static_cast<long long>(o.steps), m.mean_reward,
+                   m.pass_rate, m.mean_length, static_cast<long long>(m.uniform_groups), P,
+                   m.mean_kl, m.entropy, m.sample_s, m.rollout_tokens_per_s, m.score_s, m.train_s);
+    }
     const bool at_end = step == o.steps;
     if (o.evaluate && (at_end || (o.eval_every > 0 && step % o.eval_every == 0))) {
       result.after = evaluate_now(step);
@@ -425,18 +477,20 @@ RlResult run_rl(const RlOptions& o) {
   } else {
     result.last_checkpoint = start_checkpoint;
   }
-  if (!result.rubric_table.empty()) {
+  if (root && !result.rubric_table.empty()) {
     std::fprintf(stderr, "rl: the rubric's criteria before and after\n%s",
                  result.rubric_table.c_str());
     write_file_atomic(o.run_dir + "/rubric_rates.txt", result.rubric_table);
   }
-  write_run_curves(o.run_dir,
-                   {{"mean reward", "/reward"},
-                    rubric ? CurvePanel{"rubric reward, every prompt", "/eval/reward"}
-                           : CurvePanel{"held-out pass@1", "/eval/pass@1"},
-                    {"completion tokens", "/length"},
-                    {"zero-variance groups", "/uniform_fraction"}},
-                   "nanogpt rl: " + o.run_dir);
+  if (root) {
+    write_run_curves(o.run_dir,
+                     {{"mean reward", "/reward"},
+                      rubric ? CurvePanel{"rubric reward, every prompt", "/eval/reward"}
+                             : CurvePanel{"held-out pass@1", "/eval/pass@1"},
+                      {"completion tokens", "/length"},
+                      {"zero-variance groups", "/uniform_fraction"}},
+                     "nanogpt rl: " + o.run_dir);
+  }
   return result;
 }
 

@@ -23,6 +23,7 @@
 #include "posttrain/advantages.hpp"
 #include "posttrain/chat_eval.hpp"
 #include "posttrain/policy_gradient.hpp"
+#include "runtime/comm.hpp"
 
 namespace nanogpt {
 
@@ -60,6 +61,10 @@ struct RlOptions {
   bool evaluate = true;
   std::string command_line;
   bool live_line = true;
+  // The ranks that train together (posttrain/stage_ranks.hpp); null: the job's world, so under
+  // mpirun every rank samples, scores and trains on a slice of each step's prompts (whole
+  // groups), with the losses normalised over the whole step.
+  Comm* comm = nullptr;
 };
 
 struct RlStepMetrics {

@@ -60,7 +60,7 @@ std::vector<std::vector<GeneratedSample>> sample_completions(
     std::vector<GenerateRequest> requests;
     for (size_t i = 0; i < P; ++i) {
       for (size_t g = 0; g < G; ++g) {
-        rngs[i].emplace_back(sample_seed(settings.seed, settings.step, i, g));
+        rngs[i].emplace_back(sample_seed(settings.seed, settings.step, settings.first_prompt + i, g));
       }
       requests.push_back(request_for(i, rngs[i]));
     }
@@ -69,7 +69,7 @@ std::vector<std::vector<GeneratedSample>> sample_completions(
   std::vector<std::vector<GeneratedSample>> out(P);
   for (size_t i = 0; i < P; ++i) {
     for (size_t g = 0; g < G; ++g) {
-      std::vector<Rng> rng = {Rng(sample_seed(settings.seed, settings.step, i, g))};
+      std::vector<Rng> rng = {Rng(sample_seed(settings.seed, settings.step, settings.first_prompt + i, g))};
       const GenerateRequest r = request_for(i, rng);
       out[i].push_back(std::move(scorer.generate(std::span<const GenerateRequest>(&r, 1))[0][0]));
     }

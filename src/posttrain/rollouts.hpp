@@ -5,7 +5,7 @@
 // interleaved, as mixture_problems draws them), rendered in the chat format. Each prompt gets
 // group_size completions, sampled at the settings' temperature until <|assistant_end|>, the
 // model's <|endoftext|> or max_tokens. Sample g of prompt i draws from a generator of its own,
-// seeded by (seed, step, i, g), so what it samples does not depend on how the samples are
+// seeded by (seed, step, first_prompt + i, g), so what it samples does not depend on how the samples are
 // batched: all together (one prefill per prompt, its K/V cache copied to each sample, every
 // sample decoded as one batch, finished ones leaving it: ModelScorer::generate) or one sequence
 // at a time (the batch-1 figure of the benchmark).
@@ -41,6 +41,9 @@ struct RolloutSampling {
   SamplingSettings sampling;
   uint64_t seed = 0;
   int64_t step = 0;
+  // The index in the step of prompts[0]: a rank sampling its slice of a step's prompts draws
+  // with the generators the whole step would use, so the rollouts do not depend on the ranks.
+  size_t first_prompt = 0;
   uint32_t assistant_end = 0;  // ends a completion (kept as its last token)
 };
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 
 #include "data/chat_format.hpp"
 #include "model/model_io.hpp"
@@ -14,6 +15,7 @@
 #include "posttrain/posttrain_checkpoint.hpp"
 #include "posttrain/row_packing.hpp"
 #include "posttrain/run_curves.hpp"
+#include "posttrain/stage_ranks.hpp"
 #include "posttrain/task_conversations.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cpu_info.hpp"
@@ -97,10 +99,34 @@ SftResult run_sft(const SftOptions& o) {
   const int64_t steps_per_epoch = (rows.rows + o.rows_per_step - 1) / o.rows_per_step;
   const int64_t total_steps = steps_per_epoch * o.epochs;
 
+  const nlohmann::ordered_json fields{
+      {"data", o.data.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.data)},
+      {"tasks", o.tasks.empty()
+                    ? nlohmann::ordered_json(nullptr)
+                    : nlohmann::ordered_json(task_mixture_string(parse_task_mixture(o.tasks)))},
+      {"examples_per_cell", o.examples_per_cell},
+      {"conversations", convs.list.size()},
+      {"rows", rows.rows},
+      {"seq_len", seq_len},
+      {"loss_tokens", rows.loss_tokens},
+      {"row_fill",
+       static_cast<double>(rows.item_tokens) / static_cast<double>(rows.rows * (seq_len + 1))},
+      {"epochs", o.epochs},
+      {"rows_per_step", o.rows_per_step},
+      {"steps", total_steps},
+      {"lr_scale", o.lr_scale},
+      {"cooldown_frac", o.cooldown_frac},
+      {"seed", o.seed}};
+  Comm& comm = stage_comm(o.comm);
+  const bool root = comm.is_root();
+  check_stage_ranks_agree(comm, "sft", fields.dump() + o.run_dir + (o.resume ? " resume" : ""),
+                          start_checkpoint);
+
   Gpt model(c);
   load_model_weights(model, start_checkpoint);
   const Config oc = finetune_optimizer_config(c, o.lr_scale, o.cooldown_frac, total_steps);
-  GptOptimizer optimizer(model.params(), oc, model.precision());
+  GptOptimizer optimizer(model.params(), oc, model.precision(), comm,
+                         model.gradient_ready_stages());
   PosttrainState state;
   state.stage = "sft";
   state.seed = o.seed;
@@ -111,33 +137,17 @@ SftResult run_sft(const SftOptions& o) {
     import_pretraining_optimizer_state(start_checkpoint, optimizer);
   }
 
-  const RunDirectory run(o.run_dir);
-  if (o.resume) {
-    run.truncate_metrics(state.step);
-  } else {
-    run.start_metrics();
-    write_posttrain_run_record(
-        o.run_dir, "sft",
-        nlohmann::ordered_json{
-            {"data",
-             o.data.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.data)},
-            {"tasks", o.tasks.empty() ? nlohmann::ordered_json(nullptr)
-                                      : nlohmann::ordered_json(
-                                            task_mixture_string(parse_task_mixture(o.tasks)))},
-            {"examples_per_cell", o.examples_per_cell},
-            {"conversations", convs.list.size()},
-            {"rows", rows.rows},
-            {"seq_len", seq_len},
-            {"loss_tokens", rows.loss_tokens},
-            {"row_fill", static_cast<double>(rows.item_tokens) /
-                             static_cast<double>(rows.rows * (seq_len + 1))},
-            {"epochs", o.epochs},
-            {"rows_per_step", o.rows_per_step},
-            {"steps", total_steps},
-            {"lr_scale", o.lr_scale},
-            {"cooldown_frac", o.cooldown_frac},
-            {"seed", o.seed}},
-        start, o.tokenizer_record, o.command_line);
+  // Rank 0 alone writes the run directory.
+  std::optional<RunDirectory> run_directory;
+  if (root) run_directory.emplace(o.run_dir);
+  const RunDirectory* run = root ? &*run_directory : nullptr;
+  if (run != nullptr && o.resume) {
+    run->truncate_metrics(state.step);
+  } else if (run != nullptr) {
+    run->start_metrics();
+    nlohmann::ordered_json record = fields;
+    record["ranks"] = comm.size();
+    write_posttrain_run_record(o.run_dir, "sft", record, start, o.tokenizer_record, o.command_line);
   }
 
   SftResult result;
@@ -145,15 +155,17 @@ SftResult run_sft(const SftOptions& o) {
   result.conversations = static_cast<int64_t>(convs.list.size());
   result.rows = rows.rows;
   result.loss_tokens = rows.loss_tokens;
-  std::fprintf(stderr,
-               "sft: %zu conversations in %lld rows of %lld tokens (%.0f%% filled), %lld "
-               "assistant tokens; %lld steps of %lld rows\n",
-               convs.list.size(), static_cast<long long>(rows.rows),
-               static_cast<long long>(seq_len),
-               100.0 * static_cast<double>(rows.item_tokens) /
-                   static_cast<double>(rows.rows * (seq_len + 1)),
-               static_cast<long long>(rows.loss_tokens), static_cast<long long>(total_steps),
-               static_cast<long long>(o.rows_per_step));
+  if (root) {
+    std::fprintf(stderr,
+                 "sft: %zu conversations in %lld rows of %lld tokens (%.0f%% filled), %lld "
+                 "assistant tokens; %lld steps of %lld rows\n",
+                 convs.list.size(), static_cast<long long>(rows.rows),
+                 static_cast<long long>(seq_len),
+                 100.0 * static_cast<double>(rows.item_tokens) /
+                     static_cast<double>(rows.rows * (seq_len + 1)),
+                 static_cast<long long>(rows.loss_tokens), static_cast<long long>(total_steps),
+                 static_cast<long long>(o.rows_per_step));
+  }
 
   // Held-out evaluation (task mixtures only).
   std::vector<TaskCell> eval_cells;
@@ -167,7 +179,7 @@ SftResult run_sft(const SftOptions& o) {
   };
   if (!eval_cells.empty() && !o.resume) result.before = evaluate_now(0);
 
-  const StopSignalScope signals(false);
+  const StopSignalScope signals(Comm::launched_by_mpi());
   const int64_t rows_per_pass = std::max<int64_t>(1, c.micro_batch_tokens / seq_len);
   std::vector<float> weights;
   std::vector<int32_t> inputs, targets;
@@ -180,7 +192,9 @@ SftResult run_sft(const SftOptions& o) {
         save_posttrain_state(o.run_dir, state, model, optimizer, loss, o.tokenizer_record);
   };
   while (step < total_steps) {
-    if (stop_requested() || (o.max_steps > 0 && result.steps_run == o.max_steps)) {
+    // The ranks stop after the same step: a signal may reach them at different moments.
+    if (comm.max(stop_requested() ? 1 : 0, "stop request") != 0 ||
+        (o.max_steps > 0 && result.steps_run == o.max_steps)) {
       result.interrupted = true;
       break;
     }
@@ -196,12 +210,14 @@ SftResult run_sft(const SftOptions& o) {
     for (int64_t i = first; i < last; ++i) {
       for (uint8_t w : rows.row_weights(order[static_cast<size_t>(i)])) loss_tokens += w;
     }
+    // This rank's slice of the step's rows; the loss is over the whole step's tokens.
+    const SliceRange mine = even_slice(last - first, comm.size(), comm.rank());
     model.zero_grads();
     double loss_sum = 0;
     if (loss_tokens > 0) {
       const float scale = 1.0f / static_cast<float>(loss_tokens);
-      for (int64_t i0 = first; i0 < last; i0 += rows_per_pass) {
-        const int64_t i1 = std::min(last, i0 + rows_per_pass);
+      for (int64_t i0 = first + mine.begin; i0 < first + mine.end; i0 += rows_per_pass) {
+        const int64_t i1 = std::min(first + mine.end, i0 + rows_per_pass);
         inputs.clear();
         targets.clear();
         weights.clear();
@@ -219,6 +235,8 @@ SftResult run_sft(const SftOptions& o) {
             model.forward_backward(inputs, targets, window, scale, seq_len, nullptr, token_loss);
       }
     }
+    loss_sum = comm.sum(loss_sum, "sft loss");
+    sum_gradients(comm, model.grads());
     optimizer.step(model.params(), model.grads(), step);
     ++step;
     ++result.steps_run;
@@ -226,36 +244,41 @@ SftResult run_sft(const SftOptions& o) {
     result.last_loss = loss;
     const double step_s = t0.seconds();
     const int64_t tokens = (last - first) * seq_len;
-    run.append_metrics({{"step", step},
-                        {"loss", loss},
-                        {"loss_tokens", loss_tokens},
-                        {"step_s", step_s},
-                        {"tokens_per_s", static_cast<double>(tokens) / step_s},
-                        {"epoch", epoch}});
-    if (o.live_line && isatty(STDERR_FILENO)) {
+    if (run != nullptr) {
+      run->append_metrics({{"step", step},
+                           {"loss", loss},
+                           {"loss_tokens", loss_tokens},
+                           {"step_s", step_s},
+                           {"tokens_per_s", static_cast<double>(tokens) / step_s},
+                           {"epoch", epoch}});
+    }
+    const bool live = root && o.live_line && isatty(STDERR_FILENO);
+    if (live) {
       std::fprintf(stderr, "\rsft: step %lld/%lld loss %.4f %.0f tok/s   ",
                    static_cast<long long>(step), static_cast<long long>(total_steps), loss,
                    static_cast<double>(tokens) / step_s);
     }
     const bool at_end = step == total_steps;
     if (!eval_cells.empty() && (at_end || (o.eval_every > 0 && step % o.eval_every == 0))) {
-      if (o.live_line && isatty(STDERR_FILENO)) std::fputc('\n', stderr);
+      if (live) std::fputc('\n', stderr);
       result.after = evaluate_now(step);
     }
     if (!at_end && o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save(step, loss);
   }
-  if (o.live_line && isatty(STDERR_FILENO)) std::fputc('\n', stderr);
+  if (root && o.live_line && isatty(STDERR_FILENO)) std::fputc('\n', stderr);
   // Always leave a checkpoint of where the run stopped (the end, or a Ctrl-C).
   if (result.steps_run > 0) {
     save(step, result.last_loss);
   } else {
     result.last_checkpoint = start_checkpoint;
   }
-  write_run_curves(o.run_dir,
-                   {{"loss (assistant tokens)", "/loss"},
-                    {"held-out pass@1", "/eval/pass@1"},
-                    {"held-out reply tokens", "/eval/reply_tokens"}},
-                   "nanogpt sft: " + o.run_dir);
+  if (root) {
+    write_run_curves(o.run_dir,
+                     {{"loss (assistant tokens)", "/loss"},
+                      {"held-out pass@1", "/eval/pass@1"},
+                      {"held-out reply tokens", "/eval/reply_tokens"}},
+                     "nanogpt sft: " + o.run_dir);
+  }
   return result;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "posttrain/chat_eval.hpp"
+#include "runtime/comm.hpp"
 
 namespace nanogpt {
 
@@ -46,6 +47,9 @@ struct SftOptions {
   bool evaluate = true;
   std::string command_line;
   bool live_line = true;
+  // The ranks that train together (posttrain/stage_ranks.hpp); null: the job's world, so under
+  // mpirun every rank takes a slice of each step's rows.
+  Comm* comm = nullptr;
 };
 
 struct SftResult {
