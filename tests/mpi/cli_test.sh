@@ -200,5 +200,27 @@ stops_with_checkpoint USR1 SIGUSR1 0
 # SIGKILL 1 s later; a step this small and its checkpoint fit in that.
 stops_with_checkpoint INT Ctrl-C any
 
+# 9. Post-training on 2 ranks through the CLI: SFT on a task mixture, then RL from it; each
+# rank takes a slice of a step, rank 0 writes, and the runs record their world size.
+"${MPIRUN[@]}" -np 2 "$NANOGPT" sft --checkpoint "$WORK/full2" --tasks sort:1 --examples 16 \
+  --rows-per-step 2 --eval-problems 2 --out "$WORK/sft2" >/dev/null 2>"$WORK/sft2.err" &&
+  grep -q '"ranks": 2' "$WORK/sft2/run.json" && [ -d "$WORK/sft2/checkpoints" ] &&
+  pass "sft runs on 2 ranks" || fail "sft on 2 ranks: $(tail -3 "$WORK/sft2.err")"
+"${MPIRUN[@]}" -np 2 "$NANOGPT" rl --checkpoint "$WORK/sft2" --tasks sort:1 --steps 2 \
+  --prompts 2 --group 2 --max-tokens 4 --eval-problems 2 --out "$WORK/rl2" \
+  >/dev/null 2>"$WORK/rl2.err" && grep -q '"ranks": 2' "$WORK/rl2/run.json" &&
+  [ "$(wc -l < "$WORK/rl2/metrics.jsonl")" -ge 2 ] &&
+  pass "rl runs on 2 ranks" || fail "rl on 2 ranks: $(tail -3 "$WORK/rl2.err")"
+# Bad input on every rank ends the job with the message and a non-zero exit, never a hang.
+timeout 120 "${MPIRUN[@]}" -np 2 "$NANOGPT" rl --checkpoint "$WORK/sft2" --tasks sort:1 \
+  --prompts 1 --out "$WORK/rl-bad" >/dev/null 2>"$WORK/rl-bad.err"
+code=$?
+if [ $code -ne 0 ] && [ $code -ne 124 ] && grep -q "fewer than the 2 ranks" "$WORK/rl-bad.err" &&
+   [ ! -e "$WORK/rl-bad" ]; then
+  pass "rl with fewer prompts than ranks is refused on 2 ranks (exit $code)"
+else
+  fail "rl --prompts 1 on 2 ranks: exit $code: $(tail -3 "$WORK/rl-bad.err")"
+fi
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
