@@ -11,8 +11,11 @@
 #include <ostream>
 #include <thread>
 
+#include "kernels/gemm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/random.hpp"
+#include "runtime/thread_pool.hpp"
 #include "support/fixtures.hpp"
 
 namespace nanogpt {
@@ -190,6 +193,41 @@ TEST(Autotune, PrintModeReportsTrialsChoiceAndCachedHits) {
             std::string::npos)
       << out;
   EXPECT_EQ(timer.total(), 0);
+}
+
+// A GEMM's heights share a tuning key by the power of two at or above them, so products of
+// heights 33..64 are timed once between them (a batched decode's height shrinks every round);
+// the blocking chosen for the bucket, fitted to each height, gives the default blocking's bits.
+TEST(Autotune, GemmHeightsOfOneBucketAreTunedOnce) {
+  TempDir dir;
+  ThreadPool one(1);
+  const ThreadPool::Use in_one(one);
+  const int64_t N = 1024, K = 512, M_max = 64;
+  Rng rng(17);
+  std::vector<float> A(static_cast<size_t>(M_max * K)), B(static_cast<size_t>(K * N));
+  for (float& x : A) x = static_cast<float>(rng.normal());
+  for (float& x : B) x = static_cast<float>(rng.normal());
+  auto product = [&](AutotuneCache& cache, int64_t M) {
+    const AutotuneCache::Use use(cache);
+    std::vector<float> C(static_cast<size_t>(M * N), 0.0f);
+    gemm(Trans::kNo, Trans::kNo, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
+    return C;
+  };
+  AutotuneCache tuned(dir.path(), test_cpu(), AutotuneMode::kPrint);
+  AutotuneCache off(dir.path() + "/off", test_cpu(), AutotuneMode::kOff);
+  testing::internal::CaptureStderr();
+  for (int64_t M : {40, 64, 33, 57}) {
+    EXPECT_EQ(product(tuned, M), product(off, M)) << "height " << M;
+  }
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(out, ": chose "), 1u) << out;
+  EXPECT_EQ(count(out, "M=64 "), count(out, "M=")) << out;
+  // The next bucket is a key of its own.
+  testing::internal::CaptureStderr();
+  product(tuned, 65);
+  out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(out, ": chose "), 1u) << out;
+  EXPECT_NE(out.find("M=128 "), std::string::npos) << out;
 }
 
 TEST(Autotune, NormalModeIsSilent) {

@@ -273,17 +273,23 @@ GemmBlocking blocking_for(const MicroKernel& kernel, PackSources sources, Trans 
   if (M <= 0 || N <= 0 || static_cast<double>(M) * N * K < kTuneMinWork) {
     return fallback;
   }
-  const std::vector<GemmBlocking> candidates = blocking_candidates(kernel, M, N, K, threads);
-  std::vector<std::string> names;
-  for (const GemmBlocking& b : candidates) names.push_back(b.name());
   TuneKey key;
   key.op = std::string("gemm_") + (trans_a == Trans::kNo ? "n" : "t") +
            (trans_b == Trans::kNo ? "n" : "t") + "_threads" + std::to_string(threads);
   // Heights are keyed by the power of two at or above them: a model's cached forwards see
-  // every height from 1 to thousands (each prompt length, each batch of cases), and timing each
-  // new one (~1 s of candidates) cost evaluation runs far more than the products; heights
-  // within a factor of two share their blocking (all candidates give the same bits).
+  // every height from 1 to thousands (each prompt length, each batch of cases, each round of a
+  // batched decode as samples finish), and timing each new one (~1 s of candidates) cost
+  // evaluation runs far more than the products; heights within a factor of two share their
+  // blocking (all candidates give the same bits). So the candidates are the bucket's height's,
+  // each fitted to this height: were their names this height's, a bucket's cached choice would
+  // miss at its other heights and every new height would time the candidates again (and
+  // rewrite the cache file), as a batched decode, whose height shrinks round by round, did at
+  // nearly every round.
   key.M = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(M)));
+  const std::vector<GemmBlocking> candidates = blocking_candidates(kernel, key.M, N, K, threads);
+  std::vector<std::string> names;
+  for (const GemmBlocking& b : candidates) names.push_back(b.name());
+  const auto fitted = [&](size_t i) { return normalized(candidates[i], kernel, M, N, K); };
   key.N = N;
   key.K = K;
   key.dtype = sources.a == sources.b
@@ -299,12 +305,13 @@ GemmBlocking blocking_for(const MicroKernel& kernel, PackSources sources, Trans 
       for (int64_t r = 0; r < M; ++r)
         std::copy(C + r * ldc, C + r * ldc + N, scratch.data() + r * N);
     }
+    const GemmBlocking blocking = fitted(i);
     return time_best_of([&] {
-      run_product(kernel, candidates[i], sources, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb,
+      run_product(kernel, blocking, sources, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb,
                   packed_b, beta, scratch.data(), N, nullptr);
     });
   });
-  return chosen < candidates.size() ? candidates[chosen] : fallback;
+  return chosen < candidates.size() ? fitted(chosen) : fallback;
 }
 
 }  // namespace
