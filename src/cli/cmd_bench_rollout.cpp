@@ -27,6 +27,7 @@
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
+#include "runtime/profiler.hpp"
 #include "runtime/thread_pool.hpp"
 #include "train/attention_window.hpp"
 #include "train/train_state.hpp"
@@ -45,7 +46,7 @@ double median_of(std::vector<double> v) {
 
 struct RolloutBenchArgs {
   std::string checkpoint, tokenizer, tasks = "addition:1-2", precision;
-  std::string dump_prompts, dump_completions;
+  std::string dump_prompts, dump_completions, profile;
   int64_t prompts = 8, group = 8, max_tokens = 32, top_k = 0, repeats = 3, warmup = 1;
   int64_t window = 0;
   double temperature = 1.0;
@@ -58,6 +59,7 @@ void run_rollout_bench(const RolloutBenchArgs& a) {
     throw InputError("bench rollout: --temperature must be >= 0 (0: greedy)");
   }
   const std::string dir = require_checkpoint(a.checkpoint);
+  ProfileSession profile(a.profile, /*start_now=*/false);
   const std::string spec = checkpoint_tokenizer_spec(dir, a.tokenizer);
   const BpeTokenizer tokenizer = BpeTokenizer::load(spec);
   const ChatTokens chat = chat_tokens(tokenizer);
@@ -97,12 +99,17 @@ void run_rollout_bench(const RolloutBenchArgs& a) {
     completions = sample_completions(scorer, prompts, settings, batching);
   std::vector<double> seconds;
   const double load_before = load_average();
+  profile.start();
   for (int64_t r = 0; r < a.repeats; ++r) {
     const Clock::time_point t0 = Clock::now();
-    completions = sample_completions(scorer, prompts, settings, batching);
+    {
+      ProfileScope scope("rollout", "rollout", {a.prompts, a.group}, 0, 0);
+      completions = sample_completions(scorer, prompts, settings, batching);
+    }
     seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   const double load_after = load_average();
+  profile.finish();
 
   int64_t tokens = 0, ended = 0, hit_eot = 0;
   nlohmann::json dumped = nlohmann::json::array();
@@ -129,6 +136,19 @@ void run_rollout_bench(const RolloutBenchArgs& a) {
 
   const double best = *std::min_element(seconds.begin(), seconds.end());
   const double median = median_of(seconds);
+  // What the repeat multiplied out: batched, one prefill per prompt; one at a time, one per
+  // sample (each sample then counts as a prompt of its own).
+  FlopCount flops;
+  if (a.batch_one) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      for (const GeneratedSample& s : completions[i]) {
+        const std::vector<GeneratedSample> one = {s};
+        flops += rollout_flops(c, window, std::span(&prompts[i], 1), std::span(&one, 1));
+      }
+    }
+  } else {
+    flops = rollout_flops(c, window, prompts, completions);
+  }
   const int64_t n = a.prompts * a.group;
   nlohmann::ordered_json j;
   j["bench"] = "rollout";
@@ -155,6 +175,9 @@ void run_rollout_bench(const RolloutBenchArgs& a) {
   j["median_s"] = median;
   j["tokens_per_s_best"] = static_cast<double>(tokens) / best;
   j["tokens_per_s_median"] = static_cast<double>(tokens) / median;
+  j["gflop"] = flops.forward() / 1e9;
+  j["flops"] = flops.to_json();
+  j["gflop_per_s_best"] = flops.forward() / best / 1e9;
   j["threads"] = ThreadPool::current().size();
   j["isa"] = model.precision() == Precision::kBf16 ? active_bf16_microkernel().isa
                                                    : active_microkernel().isa;
@@ -210,6 +233,9 @@ void register_bench_rollout(CLI::App& bench) {
                   "resolves to on this CPU)")
       ->check(CLI::IsMember({"fp32", "bf16", "auto"}));
   add_checkpoint_window_option(cmd, a->window);
+  cmd->add_option("--profile", a->profile,
+                  "Profile the timed repeats: write a Chrome trace to this file and print where "
+                  "the time went to stderr");
   cmd->add_option("--dump-prompts", a->dump_prompts,
                   "Write the prompts' ids here (JSON; without the <|endoftext|> every sequence "
                   "starts with)");

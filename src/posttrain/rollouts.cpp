@@ -60,7 +60,8 @@ std::vector<std::vector<GeneratedSample>> sample_completions(
     std::vector<GenerateRequest> requests;
     for (size_t i = 0; i < P; ++i) {
       for (size_t g = 0; g < G; ++g) {
-        rngs[i].emplace_back(sample_seed(settings.seed, settings.step, settings.first_prompt + i, g));
+        rngs[i].emplace_back(
+            sample_seed(settings.seed, settings.step, settings.first_prompt + i, g));
       }
       requests.push_back(request_for(i, rngs[i]));
     }
@@ -69,12 +70,37 @@ std::vector<std::vector<GeneratedSample>> sample_completions(
   std::vector<std::vector<GeneratedSample>> out(P);
   for (size_t i = 0; i < P; ++i) {
     for (size_t g = 0; g < G; ++g) {
-      std::vector<Rng> rng = {Rng(sample_seed(settings.seed, settings.step, settings.first_prompt + i, g))};
+      std::vector<Rng> rng = {
+          Rng(sample_seed(settings.seed, settings.step, settings.first_prompt + i, g))};
       const GenerateRequest r = request_for(i, rng);
       out[i].push_back(std::move(scorer.generate(std::span<const GenerateRequest>(&r, 1))[0][0]));
     }
   }
   return out;
+}
+
+FlopCount rollout_flops(const Config& c, int64_t window_blocks,
+                        std::span<const std::vector<uint32_t>> prompts,
+                        std::span<const std::vector<GeneratedSample>> completions) {
+  const double head_row = 2.0 * static_cast<double>(c.vocab_padded() * c.model_dim);
+  FlopCount total;
+  for (size_t i = 0; i < prompts.size() && i < completions.size(); ++i) {
+    const auto rows = static_cast<int64_t>(prompts[i].size()) + 1;  // + <|endoftext|>
+    FlopCount prefill = sequence_flops(c, rows, window_blocks, false);
+    prefill.lm_head_fwd = head_row;
+    total += prefill;
+    for (const GeneratedSample& s : completions[i]) {
+      const int64_t fed = sampled_tokens(s) - 1;
+      if (fed <= 0) continue;
+      FlopCount more = sequence_flops(c, rows + fed, window_blocks, false);
+      const FlopCount before = sequence_flops(c, rows, window_blocks, false);
+      more.linear_fwd -= before.linear_fwd;
+      more.attention_fwd -= before.attention_fwd;
+      more.lm_head_fwd = head_row * static_cast<double>(fed);
+      total += more;
+    }
+  }
+  return total;
 }
 
 int64_t sampled_tokens(const GeneratedSample& completion) {

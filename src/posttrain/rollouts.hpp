@@ -5,10 +5,10 @@
 // interleaved, as mixture_problems draws them), rendered in the chat format. Each prompt gets
 // group_size completions, sampled at the settings' temperature until <|assistant_end|>, the
 // model's <|endoftext|> or max_tokens. Sample g of prompt i draws from a generator of its own,
-// seeded by (seed, step, first_prompt + i, g), so what it samples does not depend on how the samples are
-// batched: all together (one prefill per prompt, its K/V cache copied to each sample, every
-// sample decoded as one batch, finished ones leaving it: ModelScorer::generate) or one sequence
-// at a time (the batch-1 figure of the benchmark).
+// seeded by (seed, step, first_prompt + i, g), so what it samples does not depend on how the
+// samples are batched: all together (one prefill per prompt, its K/V cache copied to each sample,
+// every sample decoded as one batch, finished ones leaving it: ModelScorer::generate) or one
+// sequence at a time (the batch-1 figure of the benchmark).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,7 @@
 #include "data/chat_format.hpp"
 #include "eval/model_scorer.hpp"
 #include "eval/task_instance.hpp"
+#include "model/flop_count.hpp"
 #include "model/sampling.hpp"
 #include "posttrain/task_conversations.hpp"
 
@@ -57,6 +58,15 @@ enum class RolloutBatching {
 std::vector<std::vector<GeneratedSample>> sample_completions(
     ModelScorer& scorer, std::span<const std::vector<uint32_t>> prompts,
     const RolloutSampling& settings, RolloutBatching batching = RolloutBatching::kBatched);
+
+// The products a batched rollout multiplies out (model/flop_count.hpp's counting): each prompt's
+// prefill (its <|endoftext|> and ids; the logits of its last row only, shared by its samples),
+// then each sample's fed tokens — every draw but its last feeds the token drawn — through the
+// blocks (attention over the prompt and the sample's tokens before it) and the head. What a
+// rollout's time turns into a rate (`nanogpt bench rollout`).
+FlopCount rollout_flops(const Config& config, int64_t window_blocks,
+                        std::span<const std::vector<uint32_t>> prompts,
+                        std::span<const std::vector<GeneratedSample>> completions);
 
 // The tokens the model sampled for a completion: its tokens and the <|endoftext|> it drew, if
 // it did (RL trains on that token too; a rollout's tokens/s counts it).
