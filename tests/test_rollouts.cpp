@@ -114,3 +114,38 @@ TEST(Rollouts, OneAtATimeSamplesWhatTheBatchSamples) {
 
 }  // namespace
 }  // namespace nanogpt
+
+namespace nanogpt {
+namespace {
+
+// A rollout's FLOPs: one sample is the forward of its prompt and fed tokens as one sequence,
+// with the head on its prompt's last row and on each fed token (the rows whose logits are
+// drawn from); a group's samples share the prompt's prefill and its head row.
+TEST(Rollouts, FlopsAreEachPrefillOnceAndEachFedToken) {
+  Config c = micro_config();
+  c.vocab_size = 300;
+  const int64_t window = 2;
+  const std::vector<std::vector<uint32_t>> prompts = {std::vector<uint32_t>(20, 7)};
+  GeneratedSample a, b;
+  a.tokens = std::vector<uint32_t>(9, 5);  // 9 draws: 8 fed
+  b.tokens = std::vector<uint32_t>(3, 5);
+  b.hit_eot = true;  // 4 draws: 3 fed
+  const double head_row = 2.0 * static_cast<double>(c.vocab_padded() * c.model_dim);
+  const std::vector<std::vector<GeneratedSample>> one = {{a}};
+  const FlopCount f1 = rollout_flops(c, window, prompts, one);
+  const FlopCount whole = sequence_flops(c, 21 + 8, window, false);
+  EXPECT_DOUBLE_EQ(f1.linear_fwd, whole.linear_fwd);
+  EXPECT_DOUBLE_EQ(f1.attention_fwd, whole.attention_fwd);
+  EXPECT_DOUBLE_EQ(f1.lm_head_fwd, 9 * head_row);
+  const std::vector<std::vector<GeneratedSample>> two = {{a, b}};
+  const FlopCount f2 = rollout_flops(c, window, prompts, two);
+  const FlopCount more_b = sequence_flops(c, 21 + 3, window, false);
+  const FlopCount prefill = sequence_flops(c, 21, window, false);
+  EXPECT_DOUBLE_EQ(f2.linear_fwd, whole.linear_fwd + more_b.linear_fwd - prefill.linear_fwd);
+  EXPECT_DOUBLE_EQ(f2.attention_fwd,
+                   whole.attention_fwd + more_b.attention_fwd - prefill.attention_fwd);
+  EXPECT_DOUBLE_EQ(f2.lm_head_fwd, (1 + 8 + 3) * head_row);
+}
+
+}  // namespace
+}  // namespace nanogpt
