@@ -14,12 +14,14 @@
 #include "posttrain/rl.hpp"
 #include "posttrain/sequence_batch.hpp"
 #include "posttrain/sft.hpp"
+#include "posttrain/value_head.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "runtime/thread_pool.hpp"
 #include "support/chat_checkpoint.hpp"
 #include "support/fixtures.hpp"
+#include "support/model.hpp"
 
 namespace nanogpt {
 namespace {
@@ -273,14 +275,16 @@ TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {
 // The packed batch scores every marked token as the sequence alone would: packing changes
 // neither which tokens a token sees (each starts a document) nor, beyond float rounding of the
 // rotary positions, its log-probability.
-TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
-  Fixture f;
-  const std::unique_ptr<Gpt> model = load_model(f.checkpoint);
-  model->init_parameters(9);
-  Rng rng(3);
+struct RandomSequences {
   std::vector<std::vector<uint32_t>> ids;
   std::vector<std::vector<uint8_t>> marks;
-  for (int k = 0; k < 23; ++k) {
+};
+
+// n sequences of 2 to 41 tokens after the begin token 295, two thirds of them marked.
+RandomSequences random_sequences(int n, uint64_t seed) {
+  Rng rng(seed);
+  RandomSequences r;
+  for (int k = 0; k < n; ++k) {
     const size_t len = 2 + rng.next_u64() % 40;
     std::vector<uint32_t> s = {295};
     std::vector<uint8_t> m = {0};
@@ -288,9 +292,17 @@ TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
       s.push_back(static_cast<uint32_t>(rng.next_u64() % 295));
       m.push_back(rng.next_u64() % 3 == 0 ? 0 : 1);
     }
-    ids.push_back(s);
-    marks.push_back(m);
+    r.ids.push_back(s);
+    r.marks.push_back(m);
   }
+  return r;
+}
+
+TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
+  Fixture f;
+  const std::unique_ptr<Gpt> model = load_model(f.checkpoint);
+  model->init_parameters(9);
+  const auto [ids, marks] = random_sequences(23, 3);
   SequenceBatch batch(ids, marks, 128, 295);
   EXPECT_GT(batch.rows(), 1);
   const std::vector<double> lp = batch.logprobs(*model, 2, 0.7f);
@@ -309,6 +321,93 @@ TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
     }
     EXPECT_EQ(j, batch.offsets()[k + 1]);
   }
+}
+
+// With a value head: each marked token's value is the head's on the final-norm row of the
+// position that predicts it, as for the sequence alone; the backward sends dL/dV through the head
+// (its gradients) and, scaled by the value coefficient, into the trunk at those rows, as the
+// sequences' own backwards with the rows' gradient given by hand would; with coefficient 0 the
+// trunk's gradient is the plain backward's, bit for bit.
+TEST(PosttrainSequenceBatch, ValuesAndTheirGradientsAreTheRowsThatPredictEachToken) {
+  Fixture f;
+  // fp32 products, so packed and alone differ by float rounding only (bf16's would hide a
+  // misplaced row less well).
+  Config config = load_model(f.checkpoint)->config();
+  config.precision = PrecisionSetting::kFp32;
+  const auto model = std::make_unique<Gpt>(config);
+  model->init_parameters(9);
+  const int64_t d = model->config().model_dim;
+  ValueHead head(d);
+  Rng rng(12);
+  for (float& w : head.weight()) w = static_cast<float>(rng.uniform() - 0.5);
+  head.set_bias(0.25f);
+  const auto [ids, marks] = random_sequences(9, 4);
+  SequenceBatch batch(ids, marks, 128, 295);
+  EXPECT_GT(batch.rows(), 1);
+  const float tau = 0.7f;
+  std::vector<double> values;
+  const std::vector<double> lp = batch.logprobs(*model, 2, tau, nullptr, head, values);
+  EXPECT_EQ(lp, batch.logprobs(*model, 2, tau));  // the values change nothing else
+  const auto n = static_cast<size_t>(batch.marked_tokens());
+  ASSERT_EQ(values.size(), n);
+  std::vector<double> grad_logp(n), grad_values(n);
+  for (size_t j = 0; j < n; ++j) {
+    grad_logp[j] = rng.uniform() - 0.5;
+    grad_values[j] = rng.uniform() - 0.5;
+  }
+  const double coef = 0.5;
+
+  // Each sequence alone: its values, and its backward with the value rows' gradient by hand.
+  model->zero_grads();
+  std::vector<double> head_grads(static_cast<size_t>(d + 1), 0.0);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    std::vector<int32_t> in(ids[k].begin(), ids[k].end() - 1), tg(ids[k].begin() + 1, ids[k].end());
+    std::vector<float> weights(in.size(), 0.0f), rows_grad(in.size() * static_cast<size_t>(d));
+    TokenLossT<float> tl;
+    tl.temperature = tau;
+    model->forward_loss(in, tg, 2, nullptr, 0, tl);
+    int64_t j = batch.offsets()[k];
+    for (size_t i = 1; i < ids[k].size(); ++i) {
+      if (marks[k][i] == 0) continue;
+      const float* row = model->final_norm().data() + (i - 1) * static_cast<size_t>(d);
+      EXPECT_NEAR(values[static_cast<size_t>(j)], head.value(row), 1e-4)
+          << "sequence " << k << " token " << i;
+      for (int64_t c = 0; c < d; ++c) {
+        head_grads[static_cast<size_t>(c)] += grad_values[static_cast<size_t>(j)] * row[c];
+        rows_grad[(i - 1) * static_cast<size_t>(d) + static_cast<size_t>(c)] =
+            static_cast<float>(coef * grad_values[static_cast<size_t>(j)] * head.weight()[c]);
+      }
+      head_grads.back() += grad_values[static_cast<size_t>(j)];
+      weights[i - 1] = static_cast<float>(-grad_logp[static_cast<size_t>(j)]);
+      ++j;
+    }
+    EXPECT_EQ(j, batch.offsets()[k + 1]);
+    tl.weights = weights;
+    tl.final_norm_grad = rows_grad;
+    model->forward_backward(in, tg, 2, 1.0f, 0, nullptr, tl);
+  }
+  const AlignedVector<float> alone = model->grads();
+
+  model->zero_grads();
+  head.zero_grads();
+  batch.backward(*model, 2, tau, grad_logp, head, grad_values, coef);
+  const AlignedVector<float> packed = model->grads();
+  std::vector<double> alone64(alone.begin(), alone.end());
+  for (const ParamTensor& t : model->params().tensors()) {
+    EXPECT_LT(gradient_relative_error(t, packed.data(), alone64.data()), 1e-3) << t.name;
+  }
+  for (size_t c = 0; c < head_grads.size(); ++c) {
+    EXPECT_NEAR(head.grads()[c], head_grads[c], 1e-4 * (1 + std::abs(head_grads[c]))) << c;
+  }
+
+  // value_coef 0: the trunk's gradient is the plain backward's, bit for bit.
+  model->zero_grads();
+  batch.backward(*model, 2, tau, grad_logp);
+  const AlignedVector<float> plain = model->grads();
+  model->zero_grads();
+  batch.backward(*model, 2, tau, grad_logp, head, grad_values, 0.0);
+  EXPECT_TRUE(std::equal(plain.begin(), plain.end(), model->grads().begin()));
+  EXPECT_FALSE(std::equal(plain.begin(), plain.end(), packed.begin()));
 }
 
 std::string write_pairs(const std::string& path, int n) {

@@ -47,13 +47,14 @@ std::vector<double> ValueHead::values(std::span<const float> rows) const {
   return out;
 }
 
-void ValueHead::backward(const float* row, double grad_value, double scale, float* feature_grad) {
+void ValueHead::feature_grad(double grad_value, double scale, float* out) const {
+  const double g = scale * grad_value;
+  for (int64_t i = 0; i < dim_; ++i) out[i] = static_cast<float>(g * params_[i]);
+}
+
+void ValueHead::accumulate(const float* row, double grad_value) {
   for (int64_t i = 0; i < dim_; ++i) grads_[i] += grad_value * static_cast<double>(row[i]);
   grads_.back() += grad_value;
-  if (feature_grad != nullptr) {
-    const double g = scale * grad_value;
-    for (int64_t i = 0; i < dim_; ++i) feature_grad[i] = static_cast<float>(g * params_[i]);
-  }
 }
 
 void ValueHead::zero_grads() {

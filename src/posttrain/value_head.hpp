@@ -45,10 +45,13 @@ class ValueHead {
   // V of every row of `rows`, [n, model_dim] row-major.
   std::vector<double> values(std::span<const float> rows) const;
 
-  // The backward given dL/dV of a row: accumulates dL/dw += dL/dV·h and dL/db += dL/dV (in
-  // double; zero_grads clears them), and `feature_grad` (nullable, model_dim floats) receives
-  // scale·dL/dV·w, the gradient the trunk gets (scale: the value coefficient).
-  void backward(const float* row, double grad_value, double scale, float* feature_grad);
+  // The backward given dL/dV of a row h, in two halves because the trunk's half is needed
+  // before the trunk's backward runs and the head's after its forward has made the row:
+  //   feature_grad   writes scale·dL/dV·w to `out` (model_dim floats), the gradient of the row
+  //                  the trunk gets (scale: the value coefficient; it depends on w, not on h);
+  //   accumulate     adds dL/dV·h to dL/dw and dL/dV to dL/db (in double; zero_grads clears).
+  void feature_grad(double grad_value, double scale, float* out) const;
+  void accumulate(const float* row, double grad_value);
   void zero_grads();
   // dL/dw then dL/db, model_dim + 1 entries.
   std::span<const double> grads() const { return grads_; }
