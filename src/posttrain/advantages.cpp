@@ -145,6 +145,32 @@ GaeResult gae_advantages(const SequenceLayout& layout, std::span<const double> r
   return out;
 }
 
+void whiten_advantages(const SequenceLayout& layout, std::span<double> advantages) {
+  constexpr const char* kWhere = "whiten_advantages";
+  check_layout(layout, kWhere);
+  posttrain_checks::require_length(advantages.size(), layout.mask.size(), kWhere, "advantages",
+                                   "the mask", "token");
+  posttrain_checks::require_finite(advantages, kWhere, "advantages");
+  double sum = 0;
+  int64_t n = 0;
+  for (size_t t = 0; t < advantages.size(); ++t) {
+    if (layout.mask[t] == 0) continue;
+    sum += advantages[t];
+    ++n;
+  }
+  if (n == 0) return;
+  const double mean = sum / static_cast<double>(n);
+  double squares = 0;
+  for (size_t t = 0; t < advantages.size(); ++t) {
+    if (layout.mask[t] != 0) squares += (advantages[t] - mean) * (advantages[t] - mean);
+  }
+  const double var = n > 1 ? squares / static_cast<double>(n - 1) : 0.0;
+  const double scale = 1.0 / std::sqrt(var + 1e-8);
+  for (size_t t = 0; t < advantages.size(); ++t) {
+    advantages[t] = layout.mask[t] != 0 ? (advantages[t] - mean) * scale : 0.0;
+  }
+}
+
 std::vector<double> advantages_per_token(const SequenceLayout& layout,
                                          std::span<const double> sequence_advantages) {
   constexpr const char* kWhere = "advantages_per_token";

@@ -86,6 +86,13 @@ struct GaeResult {
 GaeResult gae_advantages(const SequenceLayout& layout, std::span<const double> rewards,
                          std::span<const double> values, const GaeConfig& config);
 
+// Whitens per-token advantages over the counted tokens of the whole batch, in place, as TRL's
+// masked_whiten: A ← (A − mean) / √(var + 1e-8), var the sample variance (divisor n − 1; a lone
+// counted token becomes 0). Tokens not counted stay 0. PPO implementations whiten GAE's advantages
+// so their scale does not depend on the reward's or the value head's; rl does it only when asked
+// (--whiten-advantages, rl.hpp says why).
+void whiten_advantages(const SequenceLayout& layout, std::span<double> advantages);
+
 // A sequence-level advantage for each sequence of `layout`, copied to its counted tokens
 // (0 at the others): the per-token advantages the policy loss takes.
 std::vector<double> advantages_per_token(const SequenceLayout& layout,
