@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "data/chat_format.hpp"
@@ -21,6 +23,7 @@
 #include "runtime/thread_pool.hpp"
 #include "support/chat_checkpoint.hpp"
 #include "support/fixtures.hpp"
+#include "support/input_error.hpp"
 #include "support/model.hpp"
 
 namespace nanogpt {
@@ -245,6 +248,123 @@ TEST(PosttrainRl, RubricRewardsAndCriterionRatesBeforeAndAfter) {
   EXPECT_FALSE(std::filesystem::exists(o.run_dir));
 }
 
+// PPO's runs: rewards from the built-in rubric, which the micro model earns partly (its tasks'
+// verifiers give a random policy 0 everywhere, and the value head would learn nothing).
+RlOptions ppo_options(const Fixture& f, const std::string& out) {
+  RlOptions o = rl_options(f, out);
+  o.tasks.clear();
+  o.rubric = "builtin:fortune-answers";
+  o.evaluate = false;
+  o.estimator = AdvantageEstimator::kPpoGae;
+  o.loss.aggregation.mode = LossAggregation::kTokenMean;
+  return o;
+}
+
+// A PPO run completes, checkpoints its value head, and the head learns: its first values are 0
+// (explained variance exactly 0: V predicts nothing), later ones are not, and the value loss
+// falls well below that of a head left at zero (½·mean R², what every step would show).
+TEST(PosttrainRl, PpoTrainsItsValueHeadAndCheckpointsIt) {
+  Fixture f;
+  RlOptions o = ppo_options(f, f.dir.path() + "/ppo");
+  o.steps = 16;
+  o.value_lr = 1e-2;  // the micro model's rows have 32 entries: a faster head than the default
+  const RlResult r = run_rl(o);
+  ASSERT_EQ(r.steps_run, 16);
+  for (const RlStepMetrics& m : r.steps) {
+    EXPECT_TRUE(std::isfinite(m.value_loss)) << "step " << m.step;
+    EXPECT_GT(m.mean_reward, 0.0) << "step " << m.step;  // the returns are not all 0
+    EXPECT_EQ(m.value_clip_fraction, 0.0);               // value_clip 0
+    if (m.step > 1) {
+      EXPECT_NE(m.explained_variance, 0.0) << "step " << m.step;
+    }
+  }
+  EXPECT_EQ(r.steps.front().explained_variance, 0.0);
+  double last = 0;
+  for (size_t i = r.steps.size() - 4; i < r.steps.size(); ++i) last += r.steps[i].value_loss / 4;
+  EXPECT_LT(last, 0.6 * r.steps.front().value_loss);
+  const ValueHead head = ValueHead::load(r.last_checkpoint + "/value_head.safetensors", 32);
+  EXPECT_EQ(head.adam_steps(), 16);
+  EXPECT_NE(head.bias(), 0.0f);
+  const std::string metrics = read_file(o.run_dir + "/metrics.jsonl");
+  for (const char* key : {"\"value_loss\"", "\"value_clip_fraction\"", "\"explained_variance\""}) {
+    EXPECT_NE(metrics.find(key), std::string::npos) << key;
+  }
+  const auto record = nlohmann::json::parse(read_file(o.run_dir + "/run.json"));
+  EXPECT_EQ(record.at("estimator"), "ppo_gae");
+  EXPECT_EQ(record.at("gamma"), 1.0);
+  EXPECT_EQ(record.at("lambda"), 0.95);
+  EXPECT_EQ(record.at("value_coef"), 0.5);
+  EXPECT_EQ(record.at("value_lr"), 1e-2);
+  EXPECT_EQ(record.at("value_clip"), 0.0);
+  EXPECT_NE(read_file(o.run_dir + "/curves.svg").find("explained variance"), std::string::npos);
+}
+
+std::string checkpoint_bytes(const std::string& checkpoint) {
+  return read_file(checkpoint + "/model.safetensors") +
+         read_file(checkpoint + "/optimizer.safetensors") +
+         read_file(checkpoint + "/value_head.safetensors");
+}
+
+// Two threads straight through, and one thread stopped after a step and resumed: the same model,
+// optimizer and value head, byte for byte (with μ = 2 updates and the value clip binding).
+TEST(PosttrainRl, PpoIsDeterministicForAnyThreadCountAndResumesBitwise) {
+  Fixture f;
+  RlOptions o = ppo_options(f, f.dir.path() + "/two");
+  o.updates_per_batch = 2;
+  o.value_clip = 0.01;
+  o.value_lr = 1e-2;
+  RlResult a;
+  {
+    ThreadPool two(2);
+    const ThreadPool::Use use(two);
+    a = run_rl(o);
+  }
+  ASSERT_EQ(a.steps_run, 3);
+  double clipped = 0;
+  for (const RlStepMetrics& m : a.steps) clipped += m.value_clip_fraction;
+  EXPECT_GT(clipped, 0.0);
+  RlOptions part = ppo_options(f, f.dir.path() + "/one");
+  part.updates_per_batch = 2;
+  part.value_clip = 0.01;
+  part.value_lr = 1e-2;
+  part.max_steps = 1;
+  ThreadPool one(1);
+  const ThreadPool::Use use(one);
+  run_rl(part);
+  part.max_steps = 0;
+  part.resume = true;
+  const RlResult b = run_rl(part);
+  ASSERT_EQ(b.steps_run, 2);
+  EXPECT_EQ(checkpoint_bytes(a.last_checkpoint), checkpoint_bytes(b.last_checkpoint));
+  for (size_t i = 0; i < b.steps.size(); ++i) {
+    EXPECT_EQ(b.steps[i].value_loss, a.steps[i + 1].value_loss);
+    EXPECT_EQ(b.steps[i].loss, a.steps[i + 1].loss);
+  }
+}
+
+// With γ = λ = 1 and the head at zero, GAE's advantage is the completion's reward at every token
+// (δ is the reward at the last token and 0 before it, summed undiscounted), which is exactly
+// reinforce_ema's first batch (its baseline starts at 0); and a head at zero sends no gradient
+// into the trunk, whatever value_coef. So one step of each leaves the same policy, bit for bit.
+TEST(PosttrainRl, PpoFirstStepWithoutDiscountIsReinforceAgainstZero) {
+  Fixture f;
+  RlOptions ema = ppo_options(f, f.dir.path() + "/ema");
+  ema.estimator = AdvantageEstimator::kReinforceEma;
+  ema.steps = 1;
+  const RlResult e = run_rl(ema);
+  for (double coef : {0.0, 0.5}) {
+    RlOptions ppo = ppo_options(f, f.dir.path() + "/ppo" + std::to_string(coef));
+    ppo.steps = 1;
+    ppo.gae = {1.0, 1.0};
+    ppo.value_coef = coef;
+    const RlResult p = run_rl(ppo);
+    EXPECT_EQ(p.steps[0].loss, e.steps[0].loss) << coef;
+    EXPECT_EQ(model_bytes(p.last_checkpoint), model_bytes(e.last_checkpoint)) << coef;
+  }
+  // Not trivially: the step moved the policy.
+  EXPECT_NE(model_bytes(e.last_checkpoint), model_bytes(f.checkpoint));
+}
+
 TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {
   Fixture f;
   RlOptions o = rl_options(f, f.dir.path() + "/never");
@@ -269,6 +389,23 @@ TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {
   o.updates_per_batch = 2;
   o.loss.objective = PolicyObjective::kReinforce;
   EXPECT_THROW(run_rl(o), InputError);
+  // PPO's options.
+  const std::vector<std::pair<std::function<void(RlOptions&)>, std::string>> ppo_bad = {
+      {[](RlOptions& x) { x.gae.gamma = 1.5; }, "--gamma"},
+      {[](RlOptions& x) { x.gae.gamma = -0.1; }, "--gamma"},
+      {[](RlOptions& x) { x.gae.lambda = 1.01; }, "--lam"},
+      {[](RlOptions& x) { x.gae.lambda = std::nan(""); }, "--lam"},
+      {[](RlOptions& x) { x.value_coef = -0.5; }, "--value-coef"},
+      {[](RlOptions& x) { x.value_clip = -0.2; }, "--value-clip"},
+      {[](RlOptions& x) { x.value_lr = 0; }, "--value-lr"},
+      {[](RlOptions& x) { x.value_lr = -1e-3; }, "--value-lr"}};
+  for (const auto& [spoil, option] : ppo_bad) {
+    o = rl_options(f, f.dir.path() + "/never");
+    o.estimator = AdvantageEstimator::kPpoGae;
+    spoil(o);
+    const std::string message = input_error([&] { run_rl(o); });
+    EXPECT_NE(message.find(option), std::string::npos) << option << ": " << message;
+  }
   EXPECT_FALSE(std::filesystem::exists(f.dir.path() + "/never"));
 }
 
@@ -510,9 +647,20 @@ TEST(PosttrainCli, CommandsRunAndRefuseBadOptions) {
   r = run_nanogpt("sft" + base + "/x");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--data FILE.jsonl or --tasks"), std::string::npos) << r.err;
-  r = run_nanogpt("rl" + base + "/y --tasks sort:1 --estimator ppo_gae");
+  r = run_nanogpt("rl" + base + "/y --tasks sort:1 --estimator ppo_gae --lam 1.5");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("value head"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--lam 1.5"), std::string::npos) << r.err;
+  r = run_nanogpt("rl" + base +
+                  "/ppo --tasks sort:1 --estimator ppo_gae --gamma 0.99 --lam 0.9 --value-coef 0.1 "
+                  "--value-lr 0.002 --value-clip 0.2 --whiten-advantages --steps 1 --prompts 1 "
+                  "--group 1 --max-tokens 3 --no-eval");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(f.dir.path() +
+                                      "/ppo/checkpoints/step_000001/value_head.safetensors"));
+  const auto record = nlohmann::json::parse(read_file(f.dir.path() + "/ppo/run.json"));
+  EXPECT_EQ(record.at("gamma"), 0.99);
+  EXPECT_EQ(record.at("lambda"), 0.9);
+  EXPECT_EQ(record.at("whiten_advantages"), true);
   r = run_nanogpt("rl" + base + "/y --tasks sort:1 --estimator nonsense");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("grpo"), std::string::npos) << r.err;
