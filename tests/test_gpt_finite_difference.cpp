@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "model/gpt.hpp"
+#include "runtime/error.hpp"
 #include "runtime/random.hpp"
 #include "support/model.hpp"
 
@@ -47,20 +48,44 @@ struct PostTrainingLoss {
     loss.weights = weights;
     loss.temperature = 0.8f;
   }
+  // And a head of post-training's own on the final-norm rows (PPO's value head): the loss gains
+  // a random linear functional Σ_{t,i} G[t,i]·h[t,i] of the rows, whose gradient G the backward
+  // takes as final_norm_grad. Zero rows among them, as at positions the head does not read.
+  std::vector<Real> feature_grad;
+  void add_feature_head(int64_t T, int64_t d) {
+    Rng rng(41);
+    feature_grad.resize(static_cast<size_t>(T * d));
+    for (size_t j = 0; j < feature_grad.size(); ++j) {
+      feature_grad[j] =
+          (j / static_cast<size_t>(d)) % 3 == 0 ? Real(0) : static_cast<Real>(rng.uniform() - 0.5);
+    }
+    loss.final_norm_grad = feature_grad;
+  }
+  // Σ G·h over the last forward's final-norm rows (the functional whose gradient G is).
+  double feature_loss(const GptT<Real>& model) const {
+    double sum = 0;
+    for (size_t j = 0; j < feature_grad.size(); ++j) {
+      sum += static_cast<double>(feature_grad[j]) * static_cast<double>(model.final_norm()[j]);
+    }
+    return sum;
+  }
 };
 
-void check_gradients_against_central_differences(const Config& c, bool weighted = false) {
+void check_gradients_against_central_differences(const Config& c, bool weighted = false,
+                                                 bool feature_head = false) {
   const int64_t T = 160, W = 2;  // long layers see 2 blocks, short layers 1
   auto tokens = fd_tokens(T, 7);
   std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());
   GptT<double> model(c);
   randomize(model, 11);
   model.zero_grads();
-  const PostTrainingLoss<double> post(static_cast<int64_t>(in.size()), weighted);
+  PostTrainingLoss<double> post(static_cast<int64_t>(in.size()), weighted);
+  if (feature_head) post.add_feature_head(static_cast<int64_t>(in.size()), c.model_dim);
   model.forward_backward(in, tg, W, 1.0f / static_cast<float>(T), 0, nullptr, post.loss);
   const AlignedVector<double> grads = model.grads();
   auto loss = [&] {
-    return model.forward_loss(in, tg, W, nullptr, 0, post.loss) / static_cast<double>(T);
+    const double head = model.forward_loss(in, tg, W, nullptr, 0, post.loss);
+    return head / static_cast<double>(T) + post.feature_loss(model);
   };
 
   Rng pick(5);
@@ -102,6 +127,29 @@ TEST(GptFiniteDifference, WeightedTemperedLossFloat64GradientsMatchCentralDiffer
   check_gradients_against_central_differences(fd_config(), true);
 }
 
+// TokenLossT::final_norm_grad: a head on the final-norm rows sends its gradient into the trunk
+// (every tensor but lm_head, whose gradient it leaves alone), alone and with the weighted,
+// tempered loss.
+TEST(GptFiniteDifference, FinalNormGradientFloat64GradientsMatchCentralDifferences) {
+  check_gradients_against_central_differences(fd_config(), false, true);
+  check_gradients_against_central_differences(fd_config(), true, true);
+}
+
+// A final-norm gradient of the wrong size is refused before anything runs.
+TEST(GptFiniteDifference, FinalNormGradientOfTheWrongSizeIsRefused) {
+  const Config c = fd_config();
+  auto tokens = fd_tokens(33, 7);
+  std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());
+  GptT<double> model(c);
+  randomize(model, 11);
+  model.zero_grads();
+  const std::vector<double> short_grad(static_cast<size_t>(c.model_dim) * (in.size() - 1), 0.5);
+  TokenLossT<double> tl;
+  tl.final_norm_grad = short_grad;
+  EXPECT_THROW(model.forward_backward(in, tg, 2, 1.0f, 0, nullptr, tl), InputError);
+  for (double g : model.grads()) ASSERT_EQ(g, 0.0);
+}
+
 TEST(GptFiniteDifference, MultiQueryFloat64GradientsMatchCentralDifferences) {
   check_gradients_against_central_differences(fd_config_multi_query());
 }
@@ -123,7 +171,7 @@ TEST(GptFiniteDifference, SwitchedOffComponentsFloat64GradientsMatchCentralDiffe
 
 // The fp32 kernels (tiled attention, fused loss, blocked GEMM) against the float64 reference
 // kernels through the whole model, on identical weights: 1e-4 relative per gradient tensor.
-void check_fast_path_against_float64(Config c, bool weighted = false) {
+void check_fast_path_against_float64(Config c, bool weighted = false, bool feature_head = false) {
   c.precision = PrecisionSetting::kFp32;
   const int64_t T = 160, W = 2;
   auto tokens = fd_tokens(T, 8);
@@ -134,8 +182,12 @@ void check_fast_path_against_float64(Config c, bool weighted = false) {
   randomize(fast, 21);
   ref.zero_grads();
   fast.zero_grads();
-  const PostTrainingLoss<double> post64(static_cast<int64_t>(in.size()), weighted);
-  const PostTrainingLoss<float> post32(static_cast<int64_t>(in.size()), weighted);
+  PostTrainingLoss<double> post64(static_cast<int64_t>(in.size()), weighted);
+  PostTrainingLoss<float> post32(static_cast<int64_t>(in.size()), weighted);
+  if (feature_head) {
+    post64.add_feature_head(static_cast<int64_t>(in.size()), c.model_dim);
+    post32.add_feature_head(static_cast<int64_t>(in.size()), c.model_dim);
+  }
   const float scale = 1.0f / static_cast<float>(T);
   const double l64 = ref.forward_backward(in, tg, W, scale, 0, nullptr, post64.loss);
   const double l32 = fast.forward_backward(in, tg, W, scale, 0, nullptr, post32.loss);
@@ -151,6 +203,10 @@ TEST(GptFiniteDifference, FastFloat32PathMatchesFloat64Path) {
 
 TEST(GptFiniteDifference, WeightedTemperedLossFastFloat32PathMatchesFloat64Path) {
   check_fast_path_against_float64(fd_config(), true);
+}
+
+TEST(GptFiniteDifference, FinalNormGradientFastFloat32PathMatchesFloat64Path) {
+  check_fast_path_against_float64(fd_config(), true, true);
 }
 
 TEST(GptFiniteDifference, SwitchedOffComponentsFastFloat32PathMatchesFloat64Path) {

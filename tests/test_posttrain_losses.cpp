@@ -369,10 +369,54 @@ TEST(PolicyGradientAdvantages, GaeByHand) {
   EXPECT_NEAR(td.advantages[3], 0.3, kHandTol);
 }
 
+// PPO's first batch with a value head at zero, γ = λ = 1 and the reward on each completion's last
+// counted token: every counted token's advantage (and return) is its completion's reward, exactly
+// the sequence-level advantage a zero baseline gives, so the policy loss and its gradient agree
+// bit for bit (what makes rl's ppo_gae step 1 equal reinforce_ema's, test_posttrain_runs.cpp).
+TEST(PolicyGradientAdvantages, GaeWithoutDiscountOnZeroValuesIsTheSequenceReward) {
+  const std::vector<int64_t> offsets{0, 4, 5, 9, 9};
+  const std::vector<uint8_t> mask{0, 1, 1, 0, 1, 1, 0, 1, 0};
+  const SequenceLayout layout{offsets, mask};
+  const Vec sequence_rewards{0.75, -0.3, 0.1, 2.0};
+  Vec rewards(mask.size(), 0.0);
+  rewards[2] = 0.75;  // the last counted token of each sequence (the last has none)
+  rewards[4] = -0.3;
+  rewards[7] = 0.1;
+  const GaeResult gae = gae_advantages(layout, rewards, Vec(mask.size(), 0.0), {1.0, 1.0});
+  const Vec per_token = advantages_per_token(layout, sequence_rewards);
+  EXPECT_EQ(gae.advantages, per_token);
+  EXPECT_EQ(gae.returns, per_token);
+  const Vec logp{-1, -2, -0.5, -3, -0.25, -1.5, -2, -0.75, -1};
+  PolicyTokens a{layout, logp, logp, {}, gae.advantages}, b{layout, logp, logp, {}, per_token};
+  const PolicyLossResult la = policy_loss(a, {}), lb = policy_loss(b, {});
+  EXPECT_EQ(la.loss, lb.loss);
+  EXPECT_EQ(la.grad_logp, lb.grad_logp);
+}
+
 TEST(PolicyGradientAdvantages, PerTokenCopiesToCountedTokens) {
   const std::vector<int64_t> offsets{0, 3, 5};
   const std::vector<uint8_t> mask{0, 1, 1, 1, 0};
   EXPECT_EQ(advantages_per_token({offsets, mask}, Vec{2.5, -1}), (Vec{0, 2.5, 2.5, -1, 0}));
+}
+
+TEST(PolicyGradientAdvantages, WhitenByHand) {
+  // Counted advantages 1, 2, 3, 6 across two sequences: mean 3, sample variance (4 + 1 + 0 + 9)/3
+  // = 14/3, so A ← (A − 3)/√(14/3 + 1e-8); the uncounted tokens become 0.
+  const std::vector<int64_t> offsets{0, 3, 6};
+  const std::vector<uint8_t> mask{0, 1, 1, 1, 1, 0};
+  Vec a{7, 1, 2, 3, 6, -4};
+  whiten_advantages({offsets, mask}, a);
+  const double s = std::sqrt(14.0 / 3.0 + 1e-8);
+  const Vec want{0, -2 / s, -1 / s, 0, 3 / s, 0};
+  for (size_t t = 0; t < a.size(); ++t) EXPECT_NEAR(a[t], want[t], kHandTol) << t;
+  // A lone counted token: centred to 0 (no variance to divide by).
+  const std::vector<int64_t> one_offsets{0, 2};
+  const std::vector<uint8_t> one_mask{0, 1};
+  Vec lone{3, 5};
+  whiten_advantages({one_offsets, one_mask}, lone);
+  EXPECT_EQ(lone, (Vec{0, 0}));
+  Vec short_a{1};
+  EXPECT_NE(input_error([&] { whiten_advantages({one_offsets, one_mask}, short_a); }), "");
 }
 
 TEST(PolicyGradientAdvantages, NamesAndErrors) {

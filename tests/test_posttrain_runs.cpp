@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "data/chat_format.hpp"
@@ -14,12 +16,15 @@
 #include "posttrain/rl.hpp"
 #include "posttrain/sequence_batch.hpp"
 #include "posttrain/sft.hpp"
+#include "posttrain/value_head.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
 #include "runtime/thread_pool.hpp"
 #include "support/chat_checkpoint.hpp"
 #include "support/fixtures.hpp"
+#include "support/input_error.hpp"
+#include "support/model.hpp"
 
 namespace nanogpt {
 namespace {
@@ -257,6 +262,123 @@ TEST(PosttrainRl, RubricJudgeCriteriaAreAnsweredByTheJudgeCheckpoint) {
   EXPECT_NE(read_file(o.run_dir + "/run.json").find("\"judge\""), std::string::npos);
 }
 
+// PPO's runs: rewards from the built-in rubric, which the micro model earns partly (its tasks'
+// verifiers give a random policy 0 everywhere, and the value head would learn nothing).
+RlOptions ppo_options(const Fixture& f, const std::string& out) {
+  RlOptions o = rl_options(f, out);
+  o.tasks.clear();
+  o.rubric = "builtin:fortune-answers";
+  o.evaluate = false;
+  o.estimator = AdvantageEstimator::kPpoGae;
+  o.loss.aggregation.mode = LossAggregation::kTokenMean;
+  return o;
+}
+
+// A PPO run completes, checkpoints its value head, and the head learns: its first values are 0
+// (explained variance exactly 0: V predicts nothing), later ones are not, and the value loss
+// falls well below that of a head left at zero (½·mean R², what every step would show).
+TEST(PosttrainRl, PpoTrainsItsValueHeadAndCheckpointsIt) {
+  Fixture f;
+  RlOptions o = ppo_options(f, f.dir.path() + "/ppo");
+  o.steps = 16;
+  o.value_lr = 1e-2;  // the micro model's rows have 32 entries: a faster head than the default
+  const RlResult r = run_rl(o);
+  ASSERT_EQ(r.steps_run, 16);
+  for (const RlStepMetrics& m : r.steps) {
+    EXPECT_TRUE(std::isfinite(m.value_loss)) << "step " << m.step;
+    EXPECT_GT(m.mean_reward, 0.0) << "step " << m.step;  // the returns are not all 0
+    EXPECT_EQ(m.value_clip_fraction, 0.0);               // value_clip 0
+    if (m.step > 1) {
+      EXPECT_NE(m.explained_variance, 0.0) << "step " << m.step;
+    }
+  }
+  EXPECT_EQ(r.steps.front().explained_variance, 0.0);
+  double last = 0;
+  for (size_t i = r.steps.size() - 4; i < r.steps.size(); ++i) last += r.steps[i].value_loss / 4;
+  EXPECT_LT(last, 0.6 * r.steps.front().value_loss);
+  const ValueHead head = ValueHead::load(r.last_checkpoint + "/value_head.safetensors", 32);
+  EXPECT_EQ(head.adam_steps(), 16);
+  EXPECT_NE(head.bias(), 0.0f);
+  const std::string metrics = read_file(o.run_dir + "/metrics.jsonl");
+  for (const char* key : {"\"value_loss\"", "\"value_clip_fraction\"", "\"explained_variance\""}) {
+    EXPECT_NE(metrics.find(key), std::string::npos) << key;
+  }
+  const auto record = nlohmann::json::parse(read_file(o.run_dir + "/run.json"));
+  EXPECT_EQ(record.at("estimator"), "ppo_gae");
+  EXPECT_EQ(record.at("gamma"), 1.0);
+  EXPECT_EQ(record.at("lambda"), 0.95);
+  EXPECT_EQ(record.at("value_coef"), 0.5);
+  EXPECT_EQ(record.at("value_lr"), 1e-2);
+  EXPECT_EQ(record.at("value_clip"), 0.0);
+  EXPECT_NE(read_file(o.run_dir + "/curves.svg").find("explained variance"), std::string::npos);
+}
+
+std::string checkpoint_bytes(const std::string& checkpoint) {
+  return read_file(checkpoint + "/model.safetensors") +
+         read_file(checkpoint + "/optimizer.safetensors") +
+         read_file(checkpoint + "/value_head.safetensors");
+}
+
+// Two threads straight through, and one thread stopped after a step and resumed: the same model,
+// optimizer and value head, byte for byte (with μ = 2 updates and the value clip binding).
+TEST(PosttrainRl, PpoIsDeterministicForAnyThreadCountAndResumesBitwise) {
+  Fixture f;
+  RlOptions o = ppo_options(f, f.dir.path() + "/two");
+  o.updates_per_batch = 2;
+  o.value_clip = 0.01;
+  o.value_lr = 1e-2;
+  RlResult a;
+  {
+    ThreadPool two(2);
+    const ThreadPool::Use use(two);
+    a = run_rl(o);
+  }
+  ASSERT_EQ(a.steps_run, 3);
+  double clipped = 0;
+  for (const RlStepMetrics& m : a.steps) clipped += m.value_clip_fraction;
+  EXPECT_GT(clipped, 0.0);
+  RlOptions part = ppo_options(f, f.dir.path() + "/one");
+  part.updates_per_batch = 2;
+  part.value_clip = 0.01;
+  part.value_lr = 1e-2;
+  part.max_steps = 1;
+  ThreadPool one(1);
+  const ThreadPool::Use use(one);
+  run_rl(part);
+  part.max_steps = 0;
+  part.resume = true;
+  const RlResult b = run_rl(part);
+  ASSERT_EQ(b.steps_run, 2);
+  EXPECT_EQ(checkpoint_bytes(a.last_checkpoint), checkpoint_bytes(b.last_checkpoint));
+  for (size_t i = 0; i < b.steps.size(); ++i) {
+    EXPECT_EQ(b.steps[i].value_loss, a.steps[i + 1].value_loss);
+    EXPECT_EQ(b.steps[i].loss, a.steps[i + 1].loss);
+  }
+}
+
+// With γ = λ = 1 and the head at zero, GAE's advantage is the completion's reward at every token
+// (δ is the reward at the last token and 0 before it, summed undiscounted), which is exactly
+// reinforce_ema's first batch (its baseline starts at 0); and a head at zero sends no gradient
+// into the trunk, whatever value_coef. So one step of each leaves the same policy, bit for bit.
+TEST(PosttrainRl, PpoFirstStepWithoutDiscountIsReinforceAgainstZero) {
+  Fixture f;
+  RlOptions ema = ppo_options(f, f.dir.path() + "/ema");
+  ema.estimator = AdvantageEstimator::kReinforceEma;
+  ema.steps = 1;
+  const RlResult e = run_rl(ema);
+  for (double coef : {0.0, 0.5}) {
+    RlOptions ppo = ppo_options(f, f.dir.path() + "/ppo" + std::to_string(coef));
+    ppo.steps = 1;
+    ppo.gae = {1.0, 1.0};
+    ppo.value_coef = coef;
+    const RlResult p = run_rl(ppo);
+    EXPECT_EQ(p.steps[0].loss, e.steps[0].loss) << coef;
+    EXPECT_EQ(model_bytes(p.last_checkpoint), model_bytes(e.last_checkpoint)) << coef;
+  }
+  // Not trivially: the step moved the policy.
+  EXPECT_NE(model_bytes(e.last_checkpoint), model_bytes(f.checkpoint));
+}
+
 TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {
   Fixture f;
   RlOptions o = rl_options(f, f.dir.path() + "/never");
@@ -281,20 +403,39 @@ TEST(PosttrainRl, RefusesBadInputBeforeWritingAnything) {
   o.updates_per_batch = 2;
   o.loss.objective = PolicyObjective::kReinforce;
   EXPECT_THROW(run_rl(o), InputError);
+  // PPO's options.
+  const std::vector<std::pair<std::function<void(RlOptions&)>, std::string>> ppo_bad = {
+      {[](RlOptions& x) { x.gae.gamma = 1.5; }, "--gamma"},
+      {[](RlOptions& x) { x.gae.gamma = -0.1; }, "--gamma"},
+      {[](RlOptions& x) { x.gae.lambda = 1.01; }, "--lam"},
+      {[](RlOptions& x) { x.gae.lambda = std::nan(""); }, "--lam"},
+      {[](RlOptions& x) { x.value_coef = -0.5; }, "--value-coef"},
+      {[](RlOptions& x) { x.value_clip = -0.2; }, "--value-clip"},
+      {[](RlOptions& x) { x.value_lr = 0; }, "--value-lr"},
+      {[](RlOptions& x) { x.value_lr = -1e-3; }, "--value-lr"}};
+  for (const auto& [spoil, option] : ppo_bad) {
+    o = rl_options(f, f.dir.path() + "/never");
+    o.estimator = AdvantageEstimator::kPpoGae;
+    spoil(o);
+    const std::string message = input_error([&] { run_rl(o); });
+    EXPECT_NE(message.find(option), std::string::npos) << option << ": " << message;
+  }
   EXPECT_FALSE(std::filesystem::exists(f.dir.path() + "/never"));
 }
 
 // The packed batch scores every marked token as the sequence alone would: packing changes
 // neither which tokens a token sees (each starts a document) nor, beyond float rounding of the
 // rotary positions, its log-probability.
-TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
-  Fixture f;
-  const std::unique_ptr<Gpt> model = load_model(f.checkpoint);
-  model->init_parameters(9);
-  Rng rng(3);
+struct RandomSequences {
   std::vector<std::vector<uint32_t>> ids;
   std::vector<std::vector<uint8_t>> marks;
-  for (int k = 0; k < 23; ++k) {
+};
+
+// n sequences of 2 to 41 tokens after the begin token 295, two thirds of them marked.
+RandomSequences random_sequences(int n, uint64_t seed) {
+  Rng rng(seed);
+  RandomSequences r;
+  for (int k = 0; k < n; ++k) {
     const size_t len = 2 + rng.next_u64() % 40;
     std::vector<uint32_t> s = {295};
     std::vector<uint8_t> m = {0};
@@ -302,9 +443,17 @@ TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
       s.push_back(static_cast<uint32_t>(rng.next_u64() % 295));
       m.push_back(rng.next_u64() % 3 == 0 ? 0 : 1);
     }
-    ids.push_back(s);
-    marks.push_back(m);
+    r.ids.push_back(s);
+    r.marks.push_back(m);
   }
+  return r;
+}
+
+TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
+  Fixture f;
+  const std::unique_ptr<Gpt> model = load_model(f.checkpoint);
+  model->init_parameters(9);
+  const auto [ids, marks] = random_sequences(23, 3);
   SequenceBatch batch(ids, marks, 128, 295);
   EXPECT_GT(batch.rows(), 1);
   const std::vector<double> lp = batch.logprobs(*model, 2, 0.7f);
@@ -323,6 +472,93 @@ TEST(PosttrainSequenceBatch, PackedLogprobsEqualEachSequenceAlone) {
     }
     EXPECT_EQ(j, batch.offsets()[k + 1]);
   }
+}
+
+// With a value head: each marked token's value is the head's on the final-norm row of the
+// position that predicts it, as for the sequence alone; the backward sends dL/dV through the head
+// (its gradients) and, scaled by the value coefficient, into the trunk at those rows, as the
+// sequences' own backwards with the rows' gradient given by hand would; with coefficient 0 the
+// trunk's gradient is the plain backward's, bit for bit.
+TEST(PosttrainSequenceBatch, ValuesAndTheirGradientsAreTheRowsThatPredictEachToken) {
+  Fixture f;
+  // fp32 products, so packed and alone differ by float rounding only (bf16's would hide a
+  // misplaced row less well).
+  Config config = load_model(f.checkpoint)->config();
+  config.precision = PrecisionSetting::kFp32;
+  const auto model = std::make_unique<Gpt>(config);
+  model->init_parameters(9);
+  const int64_t d = model->config().model_dim;
+  ValueHead head(d);
+  Rng rng(12);
+  for (float& w : head.weight()) w = static_cast<float>(rng.uniform() - 0.5);
+  head.set_bias(0.25f);
+  const auto [ids, marks] = random_sequences(9, 4);
+  SequenceBatch batch(ids, marks, 128, 295);
+  EXPECT_GT(batch.rows(), 1);
+  const float tau = 0.7f;
+  std::vector<double> values;
+  const std::vector<double> lp = batch.logprobs(*model, 2, tau, nullptr, head, values);
+  EXPECT_EQ(lp, batch.logprobs(*model, 2, tau));  // the values change nothing else
+  const auto n = static_cast<size_t>(batch.marked_tokens());
+  ASSERT_EQ(values.size(), n);
+  std::vector<double> grad_logp(n), grad_values(n);
+  for (size_t j = 0; j < n; ++j) {
+    grad_logp[j] = rng.uniform() - 0.5;
+    grad_values[j] = rng.uniform() - 0.5;
+  }
+  const double coef = 0.5;
+
+  // Each sequence alone: its values, and its backward with the value rows' gradient by hand.
+  model->zero_grads();
+  std::vector<double> head_grads(static_cast<size_t>(d + 1), 0.0);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    std::vector<int32_t> in(ids[k].begin(), ids[k].end() - 1), tg(ids[k].begin() + 1, ids[k].end());
+    std::vector<float> weights(in.size(), 0.0f), rows_grad(in.size() * static_cast<size_t>(d));
+    TokenLossT<float> tl;
+    tl.temperature = tau;
+    model->forward_loss(in, tg, 2, nullptr, 0, tl);
+    int64_t j = batch.offsets()[k];
+    for (size_t i = 1; i < ids[k].size(); ++i) {
+      if (marks[k][i] == 0) continue;
+      const float* row = model->final_norm().data() + (i - 1) * static_cast<size_t>(d);
+      EXPECT_NEAR(values[static_cast<size_t>(j)], head.value(row), 1e-4)
+          << "sequence " << k << " token " << i;
+      for (int64_t c = 0; c < d; ++c) {
+        head_grads[static_cast<size_t>(c)] += grad_values[static_cast<size_t>(j)] * row[c];
+        rows_grad[(i - 1) * static_cast<size_t>(d) + static_cast<size_t>(c)] =
+            static_cast<float>(coef * grad_values[static_cast<size_t>(j)] * head.weight()[c]);
+      }
+      head_grads.back() += grad_values[static_cast<size_t>(j)];
+      weights[i - 1] = static_cast<float>(-grad_logp[static_cast<size_t>(j)]);
+      ++j;
+    }
+    EXPECT_EQ(j, batch.offsets()[k + 1]);
+    tl.weights = weights;
+    tl.final_norm_grad = rows_grad;
+    model->forward_backward(in, tg, 2, 1.0f, 0, nullptr, tl);
+  }
+  const AlignedVector<float> alone = model->grads();
+
+  model->zero_grads();
+  head.zero_grads();
+  batch.backward(*model, 2, tau, grad_logp, head, grad_values, coef);
+  const AlignedVector<float> packed = model->grads();
+  std::vector<double> alone64(alone.begin(), alone.end());
+  for (const ParamTensor& t : model->params().tensors()) {
+    EXPECT_LT(gradient_relative_error(t, packed.data(), alone64.data()), 1e-3) << t.name;
+  }
+  for (size_t c = 0; c < head_grads.size(); ++c) {
+    EXPECT_NEAR(head.grads()[c], head_grads[c], 1e-4 * (1 + std::abs(head_grads[c]))) << c;
+  }
+
+  // value_coef 0: the trunk's gradient is the plain backward's, bit for bit.
+  model->zero_grads();
+  batch.backward(*model, 2, tau, grad_logp);
+  const AlignedVector<float> plain = model->grads();
+  model->zero_grads();
+  batch.backward(*model, 2, tau, grad_logp, head, grad_values, 0.0);
+  EXPECT_TRUE(std::equal(plain.begin(), plain.end(), model->grads().begin()));
+  EXPECT_FALSE(std::equal(plain.begin(), plain.end(), packed.begin()));
 }
 
 DpoOptions dpo_options(const Fixture& f, const std::string& out) {
@@ -413,9 +649,20 @@ TEST(PosttrainCli, CommandsRunAndRefuseBadOptions) {
   r = run_nanogpt("sft" + base + "/x");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--data FILE.jsonl or --tasks"), std::string::npos) << r.err;
-  r = run_nanogpt("rl" + base + "/y --tasks sort:1 --estimator ppo_gae");
+  r = run_nanogpt("rl" + base + "/y --tasks sort:1 --estimator ppo_gae --lam 1.5");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("value head"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--lam 1.5"), std::string::npos) << r.err;
+  r = run_nanogpt("rl" + base +
+                  "/ppo --tasks sort:1 --estimator ppo_gae --gamma 0.99 --lam 0.9 --value-coef 0.1 "
+                  "--value-lr 0.002 --value-clip 0.2 --whiten-advantages --steps 1 --prompts 1 "
+                  "--group 1 --max-tokens 3 --no-eval");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(f.dir.path() +
+                                      "/ppo/checkpoints/step_000001/value_head.safetensors"));
+  const auto record = nlohmann::json::parse(read_file(f.dir.path() + "/ppo/run.json"));
+  EXPECT_EQ(record.at("gamma"), 0.99);
+  EXPECT_EQ(record.at("lambda"), 0.9);
+  EXPECT_EQ(record.at("whiten_advantages"), true);
   r = run_nanogpt("rl" + base + "/y --tasks sort:1 --estimator nonsense");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("grpo"), std::string::npos) << r.err;

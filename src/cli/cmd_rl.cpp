@@ -12,7 +12,8 @@ void register_rl(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "rl",
       "Reinforcement learning with verifiable rewards: sample the policy on task prompts, score "
-      "with the tasks' verifiers, update by policy gradient (GRPO, REINFORCE, clipped ratio)");
+      "with the tasks' verifiers, update by policy gradient (GRPO, REINFORCE, PPO with a value "
+      "head and GAE)");
   struct Args {
     RlOptions o;
     std::string out, estimator = "grpo", objective = "clipped", aggregation = "sequence_mean";
@@ -43,10 +44,26 @@ void register_rl(CLI::App& app) {
   cmd->add_option("--temperature", opts.temperature, "Sampling temperature (> 0)")
       ->capture_default_str();
   cmd->add_option("--estimator", a->estimator,
-                  "Advantages: grpo, reinforce_group_mean, reinforce_ema")
+                  "Advantages: grpo, reinforce_group_mean, reinforce_ema, or ppo_gae (PPO: a "
+                  "value head on the policy, GAE per token; with --aggregation token_mean for "
+                  "PPO's recipe)")
       ->capture_default_str();
   cmd->add_option("--ema-decay", opts.ema_decay, "reinforce_ema's baseline decay")
       ->capture_default_str();
+  cmd->add_option("--gamma", opts.gae.gamma, "ppo_gae: discount γ in [0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--lam", opts.gae.lambda, "ppo_gae: GAE's λ in [0, 1]")->capture_default_str();
+  cmd->add_option("--value-coef", opts.value_coef,
+                  "ppo_gae: weight of the value loss's gradient into the trunk (0: the head "
+                  "learns alone)")
+      ->capture_default_str();
+  cmd->add_option("--value-lr", opts.value_lr, "ppo_gae: the value head's Adam learning rate")
+      ->capture_default_str();
+  cmd->add_option("--value-clip", opts.value_clip,
+                  "ppo_gae: ε_v, the value loss's clip around the batch's old values (0: none)")
+      ->capture_default_str();
+  cmd->add_flag("--whiten-advantages", opts.whiten_advantages,
+                "ppo_gae: whiten GAE's advantages over the batch's completion tokens");
   cmd->add_option("--objective", a->objective,
                   "clipped (PPO/GRPO's ratio) or reinforce (no ratio, one update per batch)")
       ->capture_default_str();

@@ -576,6 +576,18 @@ void apply_token_loss(const TokenLossT<Real>& token_loss, int64_t T, LossArgs<Re
   p.entropy = token_loss.entropy;
 }
 
+// Checked before the forward, so a wrong size changes nothing.
+template <class Real>
+void check_final_norm_grad(const TokenLossT<Real>& token_loss, int64_t T, int64_t d) {
+  const auto n = static_cast<int64_t>(token_loss.final_norm_grad.size());
+  if (n != 0 && n != T * d) {
+    throw InputError("the final-norm gradient has " + std::to_string(n) +
+                     " entries; it must have one row of model_dim = " + std::to_string(d) +
+                     " per input (" + std::to_string(T) + " rows, " + std::to_string(T * d) +
+                     " entries), or none");
+  }
+}
+
 void check_targets(std::span<const int32_t> targets, int64_t T, int64_t V) {
   if (static_cast<int64_t>(targets.size()) != T) {
     throw InputError("targets (" + std::to_string(targets.size()) + ") and inputs (" +
@@ -611,6 +623,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                                     float loss_scale, int64_t seq_len, BackwardListener* listener,
                                     const TokenLossT<Real>& token_loss) {
   check_targets(targets, static_cast<int64_t>(inputs.size()), config_.vocab_size);
+  check_final_norm_grad(token_loss, static_cast<int64_t>(inputs.size()), config_.model_dim);
   const Workspace::Use scratch(*workspace_);
   forward(inputs, window_blocks, seq_len);
   auto stage_done = [&](int64_t stage) {
@@ -627,6 +640,9 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
   p.loss_scale = loss_scale;
   apply_token_loss(token_loss, T, p);
   const double loss_sum = model_loss_backward(p, dnorm_.data(), g_.lm_head);
+  if (!token_loss.final_norm_grad.empty()) {
+    add_rows("final_norm_grad", T, d, token_loss.final_norm_grad.data(), dnorm_.data());
+  }
   stage_done(0);
   Real* dx = dx_.data();
   rmsnorm_rows_backward("final_norm.bwd", T, d, final_norm_.data(), rstd_final_.data(),

@@ -62,11 +62,21 @@ using CachedSegment = CachedSegmentT<float>;
 // be negative (policy gradients) or 0 (tokens outside the loss mask); the calls return
 // Σ_t w_t·loss_t and per_token outputs stay unweighted. The default is the plain loss, bit for
 // bit.
+//
+// final_norm_grad is for a head of post-training's own on the trunk's features (PPO's value
+// head, posttrain/value_head.hpp): the final-norm rows h_t (the lm_head's input, final_norm()
+// after the forward) feed it, and its loss's gradient G = dL_extra/dh reaches the trunk by being
+// added to the gradient of the final norm's output before that norm's backward. So
+// forward_backward's gradients become those of loss_scale·Σ_t w_t·loss_t + L_extra: G is added as
+// given, not multiplied by loss_scale (the caller scales its own loss). forward_loss ignores it.
 template <class Real>
 struct TokenLossT {
   std::span<const Real> weights;  // empty: every weight 1; else one per target
   float temperature = 1.0f;
   Real* entropy = nullptr;  // optional [T]: each row's entropy of softmax(y/τ), nats
+  // Empty: none (the plain backward, bit for bit); else [T, model_dim] row-major, one row per
+  // position.
+  std::span<const Real> final_norm_grad;
 };
 
 template <class Real>
@@ -142,6 +152,10 @@ class GptT {
   // Intermediate activations of the last forward, for tests against the reference.
   const AlignedVector<Real>& x0() const { return x0_; }
   const AlignedVector<Real>& block_output(int64_t layer) const { return layers_[layer].x_out; }
+  // The final-norm rows of the last forward (forward_loss, forward_backward or a cached one):
+  // its first T·model_dim entries, [T, model_dim], the lm_head's input; neither the loss nor the
+  // backward changes them, so a head of post-training's own (TokenLossT::final_norm_grad) reads
+  // its features here.
   const AlignedVector<Real>& final_norm() const { return final_norm_; }
   // The load-balancing losses of the last forward's MoE blocks, summed (0 without any), and a
   // block's routing: each token's experts_per_token experts, most probable first.

@@ -1,5 +1,7 @@
 #include "posttrain/advantages.hpp"
 
+#include <array>
+
 #include <cmath>
 #include <string>
 #include <utility>
@@ -143,6 +145,35 @@ GaeResult gae_advantages(const SequenceLayout& layout, std::span<const double> r
     }
   }
   return out;
+}
+
+void whiten_advantages(const SequenceLayout& layout, std::span<double> advantages,
+                       const PartSums& sum_parts) {
+  constexpr const char* kWhere = "whiten_advantages";
+  check_layout(layout, kWhere);
+  posttrain_checks::require_length(advantages.size(), layout.mask.size(), kWhere, "advantages",
+                                   "the mask", "token");
+  posttrain_checks::require_finite(advantages, kWhere, "advantages");
+  std::array<double, 2> sum_n = {0, 0};
+  for (size_t t = 0; t < advantages.size(); ++t) {
+    if (layout.mask[t] == 0) continue;
+    sum_n[0] += advantages[t];
+    sum_n[1] += 1;
+  }
+  if (sum_parts) sum_parts(sum_n);
+  const auto n = static_cast<int64_t>(sum_n[1]);
+  if (n == 0) return;
+  const double mean = sum_n[0] / static_cast<double>(n);
+  double squares = 0;
+  for (size_t t = 0; t < advantages.size(); ++t) {
+    if (layout.mask[t] != 0) squares += (advantages[t] - mean) * (advantages[t] - mean);
+  }
+  if (sum_parts) sum_parts(std::span<double>(&squares, 1));
+  const double var = n > 1 ? squares / static_cast<double>(n - 1) : 0.0;
+  const double scale = 1.0 / std::sqrt(var + 1e-8);
+  for (size_t t = 0; t < advantages.size(); ++t) {
+    advantages[t] = layout.mask[t] != 0 ? (advantages[t] - mean) * scale : 0.0;
+  }
 }
 
 std::vector<double> advantages_per_token(const SequenceLayout& layout,

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -85,6 +86,18 @@ struct GaeResult {
 // sequence's counted tokens in order, as if the others were not there.
 GaeResult gae_advantages(const SequenceLayout& layout, std::span<const double> rewards,
                          std::span<const double> values, const GaeConfig& config);
+
+// Whitens per-token advantages over the counted tokens of the whole batch, in place, as TRL's
+// masked_whiten: A ← (A − mean) / √(var + 1e-8), var the sample variance (divisor n − 1; a lone
+// counted token becomes 0). Tokens not counted stay 0. PPO implementations whiten GAE's advantages
+// so their scale does not depend on the reward's or the value head's; rl does it only when asked
+// (--whiten-advantages, rl.hpp says why).
+// `sum_parts`, when the batch is split (MPI ranks each holding a part): sums its argument over
+// the parts in place, so the mean and variance are the whole batch's (every part calls it the
+// same number of times: twice, or not at all when nothing is counted anywhere).
+using PartSums = std::function<void(std::span<double>)>;
+void whiten_advantages(const SequenceLayout& layout, std::span<double> advantages,
+                       const PartSums& sum_parts = {});
 
 // A sequence-level advantage for each sequence of `layout`, copied to its counted tokens
 // (0 at the others): the per-token advantages the policy loss takes.

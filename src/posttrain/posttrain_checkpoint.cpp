@@ -1,6 +1,7 @@
 #include "posttrain/posttrain_checkpoint.hpp"
 
 #include <filesystem>
+#include <utility>
 
 #include "model/model_io.hpp"
 #include "runtime/build_info.hpp"
@@ -26,8 +27,10 @@ void import_state(SafetensorsReader& opt, GptOptimizer& optimizer) {
 
 std::string save_posttrain_state(const std::string& run_dir, const PosttrainState& state,
                                  const Gpt& model, GptOptimizer& optimizer, double loss,
-                                 const nlohmann::json& tokenizer_record) {
+                                 const nlohmann::json& tokenizer_record,
+                                 std::map<std::string, std::string> files) {
   CheckpointContents cc;
+  cc.files = std::move(files);
   cc.model = model_tensors(model);
   cc.model_metadata["format"] = "pt";
   cc.model_metadata["config"] = config_to_json(model.config()).dump();

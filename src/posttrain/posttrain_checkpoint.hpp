@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -25,12 +26,14 @@ struct PosttrainState {
   nlohmann::json extra = nlohmann::json::object();  // the stage's own (e.g. RL's baseline)
 };
 
-// Writes RUN_DIR/checkpoints/step_NNNNNN (whole or not at all) and returns it. A collective over
-// the optimizer's ranks (its state is gathered); rank 0 writes, and every rank returns the path
-// once it is written.
+// Writes RUN_DIR/checkpoints/step_NNNNNN (whole or not at all) and returns it. `files`: the
+// stage's own further files (name → contents, e.g. RL's value_head.safetensors), written with it.
+// A collective over the optimizer's ranks (its state is gathered); rank 0 writes, and every
+// rank returns the path once it is written.
 std::string save_posttrain_state(const std::string& run_dir, const PosttrainState& state,
                                  const Gpt& model, GptOptimizer& optimizer, double loss,
-                                 const nlohmann::json& tokenizer_record);
+                                 const nlohmann::json& tokenizer_record,
+                                 std::map<std::string, std::string> files = {});
 
 // The state of a checkpoint this stage wrote, its optimizer state imported (the caller loads the
 // weights with load_model_weights). InputError if another stage (or pre-training) wrote it.

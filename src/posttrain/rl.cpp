@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <span>
 
 #include "data/chat_format.hpp"
 #include "data/utf8.hpp"
@@ -20,12 +22,15 @@
 #include "optim/gpt_optimizer.hpp"
 #include "posttrain/checkpoint_judge.hpp"
 #include "posttrain/finetune_optimizer.hpp"
+#include "posttrain/loss_checks.hpp"
 #include "posttrain/posttrain_checkpoint.hpp"
 #include "posttrain/rollouts.hpp"
 #include "posttrain/run_curves.hpp"
 #include "posttrain/sequence_batch.hpp"
 #include "posttrain/stage_ranks.hpp"
 #include "posttrain/task_conversations.hpp"
+#include "posttrain/value_head.hpp"
+#include "posttrain/value_loss.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
@@ -51,10 +56,11 @@ void check_options(const RlOptions& o) {
   if (o.steps < 1) throw InputError("rl: --steps must be >= 1");
   if (o.prompts_per_step < 1) throw InputError("rl: --prompts must be >= 1");
   if (o.group_size < 1) throw InputError("rl: --group must be >= 1");
-  if (o.group_size < 2 && o.estimator != AdvantageEstimator::kReinforceEma) {
+  if (o.group_size < 2 && o.estimator != AdvantageEstimator::kReinforceEma &&
+      o.estimator != AdvantageEstimator::kPpoGae) {
     throw InputError("rl: --group 1 leaves every group's rewards equal (no gradient) under " +
                      std::string(advantage_estimator_name(o.estimator)) +
-                     ": sample 2 or more per prompt, or use --estimator reinforce_ema");
+                     ": sample 2 or more per prompt, or use --estimator reinforce_ema or ppo_gae");
   }
   if (o.max_tokens < 1) throw InputError("rl: --max-tokens must be >= 1");
   if (!(o.temperature > 0) || !std::isfinite(o.temperature)) {
@@ -73,10 +79,28 @@ void check_options(const RlOptions& o) {
         "rl: --updates > 1 reuses a batch off-policy, which needs the clipped "
         "ratio: use --objective clipped");
   }
-  if (o.estimator == AdvantageEstimator::kPpoGae) {
-    throw InputError(
-        "rl: --estimator ppo_gae needs a value head, which is not built yet; use "
-        "grpo, reinforce_group_mean or reinforce_ema");
+  // PPO's options are checked whatever the estimator: a value out of range is a mistake either
+  // way.
+  if (!(o.gae.gamma >= 0 && o.gae.gamma <= 1)) {
+    throw InputError("rl: --gamma " + posttrain_checks::show(o.gae.gamma) +
+                     " is out of range; the discount must be in [0, 1] (1: none, the default)");
+  }
+  if (!(o.gae.lambda >= 0 && o.gae.lambda <= 1)) {
+    throw InputError("rl: --lam " + posttrain_checks::show(o.gae.lambda) +
+                     " is out of range; GAE's λ must be in [0, 1] (0.95 by default)");
+  }
+  if (!(o.value_coef >= 0) || !std::isfinite(o.value_coef)) {
+    throw InputError("rl: --value-coef " + posttrain_checks::show(o.value_coef) +
+                     " is out of range; it must be >= 0 (0: the trunk gets no value gradient)");
+  }
+  if (!(o.value_lr > 0) || !std::isfinite(o.value_lr)) {
+    throw InputError("rl: --value-lr " + posttrain_checks::show(o.value_lr) +
+                     " is out of range; the value head's learning rate must be > 0 (1e-3 by "
+                     "default)");
+  }
+  if (!(o.value_clip >= 0) || !std::isfinite(o.value_clip)) {
+    throw InputError("rl: --value-clip " + posttrain_checks::show(o.value_clip) +
+                     " is out of range; it must be >= 0 (0: the value loss is not clipped)");
   }
   check_policy_loss_config(o.loss);
   if (o.evaluate) check_chat_eval_options(o.eval);
@@ -93,6 +117,33 @@ struct Completion {
   double reward = 0;
   bool ended = false;
 };
+
+// 1 − Var(R − V)/Var(R) over the counted tokens: 1 when V predicts the returns exactly, 0 when it
+// does no better than their mean, NaN when the returns all agree (nothing to explain).
+// 1 − Var(R − V)/Var(R) over the counted tokens of every part of the batch (sum_parts as
+// whiten_advantages takes it); NaN when the returns all agree or nothing is counted.
+double explained_variance(const SequenceLayout& layout, std::span<const double> returns,
+                          std::span<const double> values, const PartSums& sum_parts) {
+  std::array<double, 3> sums = {0, 0, 0};  // n, Σ R, Σ (R − V)
+  for (size_t t = 0; t < returns.size(); ++t) {
+    if (layout.mask[t] == 0) continue;
+    sums[0] += 1;
+    sums[1] += returns[t];
+    sums[2] += returns[t] - values[t];
+  }
+  sum_parts(sums);
+  const double n = sums[0];
+  if (n == 0) return std::nan("");
+  std::array<double, 2> vars = {0, 0};  // Σ (R − mean)², Σ (e − mean)²
+  for (size_t t = 0; t < returns.size(); ++t) {
+    if (layout.mask[t] == 0) continue;
+    const double r = returns[t] - sums[1] / n, e = returns[t] - values[t] - sums[2] / n;
+    vars[0] += r * r;
+    vars[1] += e * e;
+  }
+  sum_parts(vars);
+  return vars[0] > 0 ? 1.0 - vars[1] / vars[0] : std::nan("");
+}
 
 }  // namespace
 
@@ -152,6 +203,12 @@ RlResult run_rl(const RlOptions& o) {
       {"clip_high", o.loss.clip_high},
       {"kl_coef", o.loss.kl_coef},
       {"aggregation", loss_aggregation_name(o.loss.aggregation.mode)},
+      {"gamma", o.gae.gamma},
+      {"lambda", o.gae.lambda},
+      {"value_coef", o.value_coef},
+      {"value_lr", o.value_lr},
+      {"value_clip", o.value_clip},
+      {"whiten_advantages", o.whiten_advantages},
       {"updates_per_batch", o.updates_per_batch},
       {"lr_scale", o.lr_scale},
       {"seed", o.seed}};
@@ -175,6 +232,15 @@ RlResult run_rl(const RlOptions& o) {
     state.extra["reference"] = std::filesystem::absolute(start_checkpoint).string();
   }
   EmaBaseline ema{o.ema_decay, state.extra.value("ema_baseline", 0.0)};
+  // PPO's value head: the one of the checkpoint it starts from (its own on --resume, or an earlier
+  // PPO run's), else a new one at zero.
+  const bool ppo = o.estimator == AdvantageEstimator::kPpoGae;
+  std::optional<ValueHead> value_head;
+  if (ppo) {
+    const std::string path = start_checkpoint + "/" + ValueHead::kFileName;
+    value_head =
+        std::filesystem::exists(path) ? ValueHead::load(path, c.model_dim) : ValueHead(c.model_dim);
+  }
   // The reference policy for the KL penalty: the starting checkpoint, frozen.
   std::unique_ptr<Gpt> reference;
   if (o.loss.kl_coef > 0) {
@@ -267,8 +333,10 @@ RlResult run_rl(const RlOptions& o) {
   auto save = [&](int64_t at_step, double loss) {
     state.step = at_step;
     state.extra["ema_baseline"] = ema.value;
-    result.last_checkpoint =
-        save_posttrain_state(o.run_dir, state, model, optimizer, loss, o.tokenizer_record);
+    std::map<std::string, std::string> files;
+    if (value_head) files[ValueHead::kFileName] = value_head->serialize();
+    result.last_checkpoint = save_posttrain_state(o.run_dir, state, model, optimizer, loss,
+                                                  o.tokenizer_record, std::move(files));
   };
   while (step < o.steps) {
     // The ranks stop after the same step: a signal may reach them at different moments.
@@ -351,7 +419,20 @@ RlResult run_rl(const RlOptions& o) {
     // The step's metrics and group counts over every rank's completions.
     std::array<double, 5> totals = {m.mean_reward, m.pass_rate, m.mean_length, step_tokens, 0.0};
     std::vector<double> advantages;
-    if (o.estimator == AdvantageEstimator::kReinforceEma) {
+    if (ppo) {
+      // Per token, once the first update's forward has the values (below); the groups whose
+      // rewards all agree are counted all the same (the value head still gives them a gradient).
+      int64_t uniform_groups = 0;
+      for (size_t g = 0; g + static_cast<size_t>(o.group_size) <= rewards.size();
+           g += static_cast<size_t>(o.group_size)) {
+        bool uniform = o.group_size > 1;
+        for (int64_t i = 1; i < o.group_size; ++i) {
+          uniform = uniform && rewards[g + static_cast<size_t>(i)] == rewards[g];
+        }
+        uniform_groups += uniform ? 1 : 0;
+      }
+      totals[4] = static_cast<double>(uniform_groups);
+    } else if (o.estimator == AdvantageEstimator::kReinforceEma) {
       // One baseline for the whole step: every rank moves it by the same batch mean.
       const int64_t first_completion = mine.begin * o.group_size;
       const std::vector<double> all_rewards = gather_by_rank(
@@ -392,7 +473,15 @@ RlResult run_rl(const RlOptions& o) {
                         static_cast<int32_t>(chat.bos));
     const std::vector<uint8_t> counted(static_cast<size_t>(batch.marked_tokens()), 1);
     const SequenceLayout layout{batch.offsets(), counted};
-    const std::vector<double> token_advantages = advantages_per_token(layout, advantages);
+    std::vector<double> token_advantages;
+    if (!ppo) token_advantages = advantages_per_token(layout, advantages);
+    // PPO's per-token rewards: the completion's on its last token.
+    std::vector<double> token_rewards(counted.size(), 0.0);
+    for (size_t k = 0; k < completions.size(); ++k) {
+      if (batch.offsets()[k + 1] > batch.offsets()[k]) {
+        token_rewards[static_cast<size_t>(batch.offsets()[k + 1] - 1)] = completions[k].reward;
+      }
+    }
     // The whole step's sequences and tokens, every rank's: the losses' divisors.
     LossNormalizers whole = count_normalizers(layout);
     {
@@ -404,11 +493,24 @@ RlResult run_rl(const RlOptions& o) {
     const auto temperature = static_cast<float>(o.temperature);
     std::vector<double> logp_ref;
     if (reference) logp_ref = batch.logprobs(*reference, window, temperature);
-    std::vector<double> logp_old, entropy;
+    std::vector<double> logp_old, entropy, values, values_old, returns;
     for (int64_t u = 0; u < o.updates_per_batch; ++u) {
+      std::vector<double>* token_entropy = u == 0 ? &entropy : nullptr;
       const std::vector<double> logp =
-          batch.logprobs(model, window, temperature, u == 0 ? &entropy : nullptr);
+          ppo ? batch.logprobs(model, window, temperature, token_entropy, *value_head, values)
+              : batch.logprobs(model, window, temperature, token_entropy);
       if (u == 0) logp_old = logp;
+      if (ppo && u == 0) {
+        values_old = values;
+        GaeResult gae = gae_advantages(layout, token_rewards, values_old, o.gae);
+        token_advantages = std::move(gae.advantages);
+        returns = std::move(gae.returns);
+        const PartSums over_ranks = [&](std::span<double> v) {
+          comm.sum_in_place(v, "advantage and value statistics");
+        };
+        if (o.whiten_advantages) whiten_advantages(layout, token_advantages, over_ranks);
+        m.explained_variance = explained_variance(layout, returns, values_old, over_ranks);
+      }
       PolicyTokens tokens;
       tokens.layout = layout;
       tokens.logp = logp;
@@ -422,9 +524,32 @@ RlResult run_rl(const RlOptions& o) {
       // This rank's part of the step's loss: normalised by the whole step's counts.
       const PolicyLossResult pl = policy_loss(tokens, lc, whole);
       model.zero_grads();
-      batch.backward(model, window, temperature, pl.grad_logp);
+      if (ppo) {
+        ValueTokens vt;
+        vt.layout = layout;
+        vt.values = values;
+        vt.old_values = values_old;
+        vt.returns = returns;
+        const ValueLossResult vl =
+            value_loss(vt, ValueLossConfig{o.value_clip, lc.aggregation}, whole);
+        value_head->zero_grads();
+        batch.backward(model, window, temperature, pl.grad_logp, *value_head, vl.grad_values,
+                       o.value_coef);
+        // The head's gradient summed over the ranks, as the model's below.
+        comm.sum_in_place(value_head->grads(), "value head gradient");
+        std::array<double, 3> vs = {vl.loss, vl.clip_fraction * static_cast<double>(vl.tokens),
+                                    static_cast<double>(vl.tokens)};
+        comm.sum_in_place(vs, "value loss");
+        if (u == 0) m.value_loss = vs[0];
+        if (vs[2] > 0) {
+          m.value_clip_fraction += vs[1] / vs[2] / static_cast<double>(o.updates_per_batch);
+        }
+      } else {
+        batch.backward(model, window, temperature, pl.grad_logp);
+      }
       sum_gradients(comm, model.grads());
       optimizer.step(model.params(), model.grads(), step * o.updates_per_batch + u);
+      if (ppo) value_head->adam_step(o.value_lr);
       if (u == 0) {
         const auto n = static_cast<double>(pl.tokens);
         std::array<double, 6> sums = {
@@ -442,29 +567,42 @@ RlResult run_rl(const RlOptions& o) {
     ++step;
     ++result.steps_run;
     result.steps.push_back(m);
+    nlohmann::ordered_json line = {{"step", step},
+                                   {"reward", m.mean_reward},
+                                   {"pass_rate", m.pass_rate},
+                                   {"length", m.mean_length},
+                                   {"uniform_groups", m.uniform_groups},
+                                   {"uniform_fraction", m.uniform_fraction},
+                                   {"loss", m.loss},
+                                   {"clip_fraction", m.clip_fraction},
+                                   {"kl", m.mean_kl},
+                                   {"ratio", m.mean_ratio},
+                                   {"entropy", m.entropy}};
+    std::string value_text;
+    if (ppo) {
+      // NaN (returns that all agree) is written as null.
+      line["value_loss"] = m.value_loss;
+      line["value_clip_fraction"] = m.value_clip_fraction;
+      line["explained_variance"] = m.explained_variance;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " value loss %.4f explained var %.3f", m.value_loss,
+                    m.explained_variance);
+      value_text = buf;
+    }
+    line["sample_s"] = m.sample_s;
+    line["score_s"] = m.score_s;
+    line["train_s"] = m.train_s;
+    line["step_s"] = m.sample_s + m.score_s + m.train_s;
+    line["rollout_tokens_per_s"] = m.rollout_tokens_per_s;
     if (run != nullptr) {
-      run->append_metrics({{"step", step},
-                           {"reward", m.mean_reward},
-                           {"pass_rate", m.pass_rate},
-                           {"length", m.mean_length},
-                           {"uniform_groups", m.uniform_groups},
-                           {"uniform_fraction", m.uniform_fraction},
-                           {"loss", m.loss},
-                           {"clip_fraction", m.clip_fraction},
-                           {"kl", m.mean_kl},
-                           {"ratio", m.mean_ratio},
-                           {"entropy", m.entropy},
-                           {"sample_s", m.sample_s},
-                           {"score_s", m.score_s},
-                           {"train_s", m.train_s},
-                           {"step_s", m.sample_s + m.score_s + m.train_s},
-                           {"rollout_tokens_per_s", m.rollout_tokens_per_s}});
+      run->append_metrics(line);
       std::fprintf(stderr,
                    "rl: step %lld/%lld reward %.3f pass %.2f length %.1f uniform groups %lld/%zu "
-                   "kl %.4f entropy %.3f | sample %.2fs (%.0f tok/s) score %.3fs train %.2fs\n",
+                   "kl %.4f entropy %.3f%s | sample %.2fs (%.0f tok/s) score %.3fs train %.2fs\n",
                    static_cast<long long>(step), static_cast<long long>(o.steps), m.mean_reward,
                    m.pass_rate, m.mean_length, static_cast<long long>(m.uniform_groups), P,
-                   m.mean_kl, m.entropy, m.sample_s, m.rollout_tokens_per_s, m.score_s, m.train_s);
+                   m.mean_kl, m.entropy, value_text.c_str(), m.sample_s, m.rollout_tokens_per_s,
+                   m.score_s, m.train_s);
     }
     const bool at_end = step == o.steps;
     if (o.evaluate && (at_end || (o.eval_every > 0 && step % o.eval_every == 0))) {
@@ -482,15 +620,18 @@ RlResult run_rl(const RlOptions& o) {
                  result.rubric_table.c_str());
     write_file_atomic(o.run_dir + "/rubric_rates.txt", result.rubric_table);
   }
-  if (root) {
-    write_run_curves(o.run_dir,
-                     {{"mean reward", "/reward"},
-                      rubric ? CurvePanel{"rubric reward, every prompt", "/eval/reward"}
-                             : CurvePanel{"held-out pass@1", "/eval/pass@1"},
-                      {"completion tokens", "/length"},
-                      {"zero-variance groups", "/uniform_fraction"}},
-                     "nanogpt rl: " + o.run_dir);
+  std::vector<CurvePanel> panels = {{"mean reward", "/reward"},
+                                    rubric
+                                        ? CurvePanel{"rubric reward, every prompt", "/eval/reward"}
+                                        : CurvePanel{"held-out pass@1", "/eval/pass@1"},
+                                    {"completion tokens", "/length"}};
+  if (ppo) {
+    panels.push_back({"value loss", "/value_loss"});
+    panels.push_back({"explained variance", "/explained_variance"});
+  } else {
+    panels.push_back({"zero-variance groups", "/uniform_fraction"});
   }
+  if (root) write_run_curves(o.run_dir, panels, "nanogpt rl: " + o.run_dir);
   return result;
 }
 

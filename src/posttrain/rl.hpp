@@ -14,6 +14,32 @@
 // including its first <|assistant_end|>.
 //
 // With kl_coef > 0 a frozen copy of the starting model gives logp_ref (KL by k3).
+//
+// PPO (--estimator ppo_gae): a value head (value_head.hpp) on the policy's final-norm rows gives
+// each completion token a value V_t, read in the same forward as the log-probabilities; the first
+// update's are V_old. The rewards are per token: the completion's reward on its last token, 0 on
+// the others (the KL stays in the loss, as above). GAE(γ, λ) over each completion's tokens gives
+// the advantages, which go into the policy loss token by token, and the returns R_t = A_t + V_old,
+// which the value loss (value_loss.hpp, aggregated like the policy loss) regresses V onto. Each
+// update's backward carries both losses' gradients: the policy's, and value_coef times the value
+// loss's through the head into the trunk (TokenLossT::final_norm_grad); the head itself takes the
+// value loss's whole gradient and its own Adam step (value_lr, constant) after the policy's step.
+// Defaults, and why:
+//   γ = 1        a completion is a short episode whose only reward is at its end: discounting
+//                would only shrink the early tokens' credit by γ^length.
+//   λ = 0.95     PPO's and TRL's: most of the Monte-Carlo return, a little of V's lower variance.
+//   value_coef   0.5, the baselines' vf_coef: the trunk learns the value features at half the
+//                policy's weight; 0 keeps the trunk's gradient the policy's alone.
+//   value_lr     1e-3: a linear read-out of RMS-normed rows (entries of size ~1), whose Adam step
+//                moves V by at most ~lr·model_dim, under 1 for model_dim < 1000 while rewards lie
+//                in [0, 1]; b alone moves by ~lr a step.
+//   value_clip   0: PPO2's value clipping leaves V within ε_v of V_old, which with one update per
+//                batch (μ = 1, V = V_old) never binds, and larger studies (Engstrom et al. 2020,
+//                Andrychowicz et al. 2021) found it no help; TRL's 0.2 is one flag away.
+// Advantages are not whitened by default (--whiten-advantages does, over the batch's completion
+// tokens): the verifiers' and rubrics' rewards lie in [0, 1], so GAE's advantages are already on a
+// fixed scale, and in a batch where every reward agrees (common early: all 0) whitening would blow
+// the value head's small errors up to unit-size advantages, a gradient from noise.
 #pragma once
 
 #include <cstdint>
@@ -49,9 +75,14 @@ struct RlOptions {
   double temperature = 1.0;
   int64_t top_k = 0;  // must stay 0: the update's log-probs are the whole tempered distribution's
   AdvantageEstimator estimator = AdvantageEstimator::kGrpo;
-  double ema_decay = 0.9;         // kReinforceEma
-  PolicyLossConfig loss;          // objective, ε_low/ε_high, β, aggregation
-  int64_t updates_per_batch = 1;  // μ
+  double ema_decay = 0.9;          // kReinforceEma
+  GaeConfig gae;                   // kPpoGae: γ, λ
+  double value_coef = 0.5;         // kPpoGae: the value loss's weight in the trunk's gradient
+  double value_lr = 1e-3;          // kPpoGae: the value head's Adam learning rate
+  double value_clip = 0.0;         // kPpoGae: ε_v of the value loss (0: not clipped)
+  bool whiten_advantages = false;  // kPpoGae: whiten GAE's advantages over the batch
+  PolicyLossConfig loss;           // objective, ε_low/ε_high, β, aggregation
+  int64_t updates_per_batch = 1;   // μ
   double lr_scale = 0.05;
   uint64_t seed = 0;
   int64_t window_blocks = 0;
@@ -75,6 +106,11 @@ struct RlStepMetrics {
   double uniform_fraction = 0;
   double clip_fraction = 0, mean_kl = 0, mean_ratio = 1, entropy = 0;
   double loss = 0;
+  // kPpoGae: the value loss and explained variance 1 − Var(R − V)/Var(R) of the first update
+  // (V = V_old: how well the head predicted this batch before learning from it; NaN when every
+  // return agrees), and the fraction of tokens whose value clip binds, over all μ updates (0 with
+  // μ = 1 or value_clip 0).
+  double value_loss = 0, value_clip_fraction = 0, explained_variance = 0;
   double sample_s = 0, score_s = 0, train_s = 0;
   double rollout_tokens_per_s = 0;
 };

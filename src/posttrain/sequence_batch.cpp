@@ -58,17 +58,48 @@ void SequenceBatch::over_rows(const Gpt& model, Fn&& fn) {
   }
 }
 
+template <class Fn>
+void SequenceBatch::marked_in(int64_t r0, int64_t r1, Fn&& fn) const {
+  const int64_t begin = r0 * seq_len_, end = r1 * seq_len_;
+  for (size_t j = 0; j < position_.size(); ++j) {
+    if (position_[j] >= begin && position_[j] < end) fn(j, position_[j] - begin);
+  }
+}
+
 std::vector<double> SequenceBatch::logprobs(Gpt& model, int64_t window_blocks, float temperature,
                                             std::vector<double>* entropy) {
+  return logprobs_impl(model, window_blocks, temperature, entropy, nullptr, nullptr);
+}
+
+std::vector<double> SequenceBatch::logprobs(Gpt& model, int64_t window_blocks, float temperature,
+                                            std::vector<double>* entropy, const ValueHead& head,
+                                            std::vector<double>& values) {
+  return logprobs_impl(model, window_blocks, temperature, entropy, &head, &values);
+}
+
+std::vector<double> SequenceBatch::logprobs_impl(Gpt& model, int64_t window_blocks,
+                                                 float temperature, std::vector<double>* entropy,
+                                                 const ValueHead* head,
+                                                 std::vector<double>* values) {
+  const int64_t d = model.config().model_dim;
+  if (head != nullptr && head->model_dim() != d) {
+    throw Error("SequenceBatch::logprobs: a value head of " + std::to_string(head->model_dim()) +
+                " inputs on a model of model_dim " + std::to_string(d));
+  }
   const auto T = static_cast<size_t>(rows_.rows * seq_len_);
   per_token_.resize(T);
   entropy_.resize(entropy != nullptr ? T : 0);
-  over_rows(model, [&](int64_t r0, int64_t) {
+  if (values != nullptr) values->assign(position_.size(), 0.0);
+  over_rows(model, [&](int64_t r0, int64_t r1) {
     TokenLossT<float> tl;
     tl.temperature = temperature;
     tl.entropy = entropy != nullptr ? entropy_.data() + r0 * seq_len_ : nullptr;
     model.forward_loss(inputs_, targets_, window_blocks, per_token_.data() + r0 * seq_len_,
                        seq_len_, tl);
+    if (head == nullptr) return;
+    // The rows the logits of these positions were made from, still in the model.
+    const float* rows = model.final_norm().data();
+    marked_in(r0, r1, [&](size_t j, int64_t at) { (*values)[j] = head->value(rows + at * d); });
   });
   std::vector<double> lp(position_.size());
   if (entropy != nullptr) entropy->resize(position_.size());
@@ -82,6 +113,26 @@ std::vector<double> SequenceBatch::logprobs(Gpt& model, int64_t window_blocks, f
 
 void SequenceBatch::backward(Gpt& model, int64_t window_blocks, float temperature,
                              std::span<const double> grad_logp) {
+  backward_impl(model, window_blocks, temperature, grad_logp, nullptr, {}, 0.0);
+}
+
+void SequenceBatch::backward(Gpt& model, int64_t window_blocks, float temperature,
+                             std::span<const double> grad_logp, ValueHead& head,
+                             std::span<const double> grad_values, double value_coef) {
+  if (grad_values.size() != position_.size()) {
+    throw Error("SequenceBatch::backward: " + std::to_string(grad_values.size()) +
+                " value gradients for " + std::to_string(position_.size()) + " marked tokens");
+  }
+  if (head.model_dim() != model.config().model_dim) {
+    throw Error("SequenceBatch::backward: a value head of " + std::to_string(head.model_dim()) +
+                " inputs on a model of model_dim " + std::to_string(model.config().model_dim));
+  }
+  backward_impl(model, window_blocks, temperature, grad_logp, &head, grad_values, value_coef);
+}
+
+void SequenceBatch::backward_impl(Gpt& model, int64_t window_blocks, float temperature,
+                                  std::span<const double> grad_logp, ValueHead* head,
+                                  std::span<const double> grad_values, double value_coef) {
   if (grad_logp.size() != position_.size()) {
     throw Error("SequenceBatch::backward: " + std::to_string(grad_logp.size()) + " gradients for " +
                 std::to_string(position_.size()) + " marked tokens");
@@ -90,12 +141,27 @@ void SequenceBatch::backward(Gpt& model, int64_t window_blocks, float temperatur
   for (size_t j = 0; j < position_.size(); ++j) {
     weights_[static_cast<size_t>(position_[j])] = static_cast<float>(-grad_logp[j]);
   }
+  const int64_t d = model.config().model_dim;
+  // The trunk's share of the value loss only when it has one: value_coef = 0 runs the plain
+  // backward, bit for bit.
+  const bool to_trunk = head != nullptr && value_coef != 0;
   over_rows(model, [&](int64_t r0, int64_t r1) {
     TokenLossT<float> tl;
     tl.temperature = temperature;
-    tl.weights = std::span<const float>(weights_.data() + r0 * seq_len_,
-                                        static_cast<size_t>((r1 - r0) * seq_len_));
+    const auto n = static_cast<size_t>((r1 - r0) * seq_len_);
+    tl.weights = std::span<const float>(weights_.data() + r0 * seq_len_, n);
+    if (to_trunk) {
+      feature_grad_.assign(n * static_cast<size_t>(d), 0.0f);
+      marked_in(r0, r1, [&](size_t j, int64_t at) {
+        head->feature_grad(grad_values[j], value_coef, feature_grad_.data() + at * d);
+      });
+      tl.final_norm_grad = feature_grad_;
+    }
     model.forward_backward(inputs_, targets_, window_blocks, 1.0f, seq_len_, nullptr, tl);
+    if (head == nullptr) return;
+    const float* rows = model.final_norm().data();
+    marked_in(r0, r1,
+              [&](size_t j, int64_t at) { head->accumulate(rows + at * d, grad_values[j]); });
   });
 }
 

@@ -58,6 +58,13 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step,
     write_tensors((temp / "model.safetensors").string(), contents.model, contents.model_metadata);
     write_tensors((temp / "optimizer.safetensors").string(), contents.optimizer,
                   contents.optimizer_metadata);
+    for (const auto& [file, bytes] : contents.files) {
+      if (file.empty() || file.find('/') != std::string::npos || file == "meta.json" ||
+          file == "model.safetensors" || file == "optimizer.safetensors") {
+        throw Error("save_checkpoint: '" + file + "' cannot be a further file of a checkpoint");
+      }
+      write_file_atomic((temp / file).string(), bytes);
+    }
     write_file_atomic((temp / "meta.json").string(), contents.meta.dump(2) + "\n");
   } catch (...) {
     fs::remove_all(temp, ec);

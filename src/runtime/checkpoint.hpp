@@ -25,6 +25,9 @@ struct CheckpointContents {
   std::vector<CheckpointTensor> optimizer;
   std::map<std::string, std::string> optimizer_metadata;
   nlohmann::json meta;
+  // Further files of the directory (a stage's own state, e.g. RL's value head): name → contents,
+  // written with the rest, so the directory is complete with them or not there at all.
+  std::map<std::string, std::string> files;
 };
 
 std::string checkpoint_dir_name(int64_t step);

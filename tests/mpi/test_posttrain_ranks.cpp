@@ -168,14 +168,15 @@ TEST(PosttrainRanks, DpoEqualsOneProcess) {
 }
 
 // A rubric gives rewards that vary within a group (a random model's replies differ in length),
-// so the steps have gradients. Every step's rollouts are the single process's: the first's are
-// drawn from the same weights, the later ones' from weights that differ by rounding only (a
+// so the steps have gradients. Both steps' rollouts are the single process's: the first's are
+// drawn from the same weights, the second's from weights that differ by rounding only (a
 // sampled token changes only if its uniform draw falls within that rounding of a boundary of
 // the cumulative distribution); the losses and entropies agree. The parameters are not
 // compared, for the reason DpoEqualsOneProcess gives: here the zero-initialised lm_head's rows
 // of tokens never sampled get a gradient that nearly cancels, and Adam's first step moves each
 // by ±lr whatever its size, so the sign of a rounding-level sum decides it.
-void rl_equals_one_process(AdvantageEstimator estimator, const std::string& name) {
+void rl_equals_one_process(AdvantageEstimator estimator, const std::string& name,
+                           bool whiten = false) {
   const SharedCheckpoint f;
   Comm& w = Comm::world();
   RlOptions o;
@@ -183,11 +184,15 @@ void rl_equals_one_process(AdvantageEstimator estimator, const std::string& name
   o.tokenizer = f.tokenizer;
   o.tokenizer_record = f.tokenizer_record;
   o.rubric = "builtin:fortune-answers";
-  o.steps = 3;
+  // Two steps: the second's rollouts are drawn from the weights the first update made on N
+  // ranks and on one. Later steps drift apart (a weight Adam or Muon moved by a full step on a
+  // rounding-level gradient, below, changes a logit enough to move a draw across a boundary).
+  o.steps = 2;
   o.prompts_per_step = 3;  // one or two prompts per rank on 2 ranks, one each on 3
   o.group_size = 4;
   o.max_tokens = 8;
   o.estimator = estimator;
+  o.whiten_advantages = whiten;
   o.lr_scale = 1.0;
   o.evaluate = false;
   o.live_line = false;
@@ -207,6 +212,12 @@ void rl_equals_one_process(AdvantageEstimator estimator, const std::string& name
     EXPECT_EQ(m.uniform_groups, s.uniform_groups) << "step " << i + 1;
     EXPECT_NEAR(m.loss, s.loss, 1e-6) << "step " << i + 1;
     EXPECT_NEAR(m.entropy, s.entropy, 1e-5 * s.entropy) << "step " << i + 1;
+    if (estimator == AdvantageEstimator::kPpoGae) {
+      EXPECT_NEAR(m.value_loss, s.value_loss, 1e-6) << "step " << i + 1;
+      if (std::isfinite(s.explained_variance)) {
+        EXPECT_NEAR(m.explained_variance, s.explained_variance, 1e-6) << "step " << i + 1;
+      }
+    }
   }
   w.barrier("rl written");
   expect_written_once(ranks.run_dir);
@@ -221,6 +232,12 @@ TEST(PosttrainRanks, RlGrpoEqualsOneProcess) {
 // reinforce_ema's baseline moves by the mean of every rank's rewards.
 TEST(PosttrainRanks, RlReinforceEmaEqualsOneProcess) {
   rl_equals_one_process(AdvantageEstimator::kReinforceEma, "ema");
+}
+
+// PPO: the value head's gradient summed over the ranks, the value loss over the whole step's
+// tokens, and whitening's and explained variance's moments over every rank's tokens.
+TEST(PosttrainRanks, RlPpoEqualsOneProcess) {
+  rl_equals_one_process(AdvantageEstimator::kPpoGae, "ppo", /*whiten=*/true);
 }
 
 TEST(PosttrainRanks, RlRefusesFewerPromptsThanRanks) {
