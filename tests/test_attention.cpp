@@ -982,8 +982,10 @@ TEST(Attention, PackedOperandsLiveInTheCurrentWorkspace) {
 
 TEST(Attention, DecodingPacksOnlyTheKeysItSees) {
   // One new token over a cache of 4096 with a window of one 128-token block: it sees keys
-  // 3968..4095, two key tiles of 64, so the forward packs two tiles of K and V per K/V head
-  // (about 2·2·64·D floats with padding), not the 64 tiles of the whole cache.
+  // 3968..4095, two key tiles of 64, so the tile path packs two tiles of K and V per K/V head
+  // (about 2·2·64·D floats with padding), not the 64 tiles of the whole cache. (A single query
+  // takes the one-query path, which packs nothing; the tile path still decodes chunks of
+  // several tokens the same way.)
   const int64_t T_kv = 4096, H = 2, H_kv = 1, D = 16;
   Problem full(T_kv, H, D, 1, std::vector<int32_t>(T_kv, 0), 61, 128, H_kv);
   AttentionParams p = full.params;
@@ -995,7 +997,7 @@ TEST(Attention, DecodingPacksOnlyTheKeysItSees) {
   Workspace ws("decode test");
   {
     Workspace::Use use(ws);
-    attention_forward(p, out.data(), lse.data());
+    attention_forward_with(active_microkernel(), p, out.data(), lse.data());
   }
   const size_t two_tiles = static_cast<size_t>(2 * 2 * 64 * D * H_kv) * sizeof(float);
   EXPECT_GT(ws.bytes_held(), 0u);
@@ -1003,6 +1005,72 @@ TEST(Attention, DecodingPacksOnlyTheKeysItSees) {
   attention_forward_reference(p, want.data(), want_lse.data());
   EXPECT_LT(rel_error(out, want), kFp32Bounds.e[0]);
   EXPECT_LT(rel_error(lse, want_lse), kFp32Bounds.e[1]);
+}
+
+// A single query (decoding one token) takes attention_decode.cpp's path: the tile path's
+// arithmetic without packing, so within fp32 rounding of it (only the order of each dot
+// product's fp32 sum differs, so both sit within the fp32 bound of the exact result: seen
+// 1.8e-6 apart; in bf16 a probability whose fp32 value moved by that rounding may round to the
+// neighbouring bf16 value, 2⁻⁸ of one term at most), and within the kernels' bounds of the
+// reference (exact in fp32, on bf16-rounded operands in bf16). Over caches of
+// 1 to 300 positions, one and many documents, windows that bite (block size 32), grouped
+// query heads and head dims that are and are not multiples of 16.
+TEST(Attention, OneQueryPathMatchesTheTilePathAndTheReference) {
+  struct Heads {
+    int64_t H, H_kv, D;
+  };
+  double worst_tile[2] = {0, 0}, worst_ref[2] = {0, 0};
+  uint32_t seed = 900;
+  for (Docs docs : {Docs::kSingle, Docs::kManyShort}) {
+    for (const Heads hd : {Heads{4, 2, 16}, Heads{3, 3, 36}, Heads{2, 1, 128}}) {
+      for (int64_t W : {1, 3}) {
+        std::mt19937 rng(seed);
+        const int64_t T_full = 300;
+        Problem full(T_full, hd.H, hd.D, W, make_docs(docs, T_full, rng), seed++, 32, hd.H_kv);
+        for (int64_t T_kv : {1, 5, 64, 65, 300}) {
+          for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+            const bool bf16 = precision == Precision::kBf16;
+            const Problem& operands = full;
+            AttentionParams p = operands.params;
+            p.precision = precision;
+            p.T = 1;
+            p.T_kv = T_kv;
+            p.doc = full.doc.data();
+            p.q = operands.qkv.data() + (T_kv - 1) * operands.ld;
+            const size_t n = static_cast<size_t>(hd.H * hd.D);
+            std::vector<float> one(n, kNaN), one_lse(static_cast<size_t>(hd.H), kNaN);
+            std::vector<float> tile(n), tile_lse(one_lse.size()), ref(n), ref_lse(one_lse.size());
+            attention_forward(p, one.data(), one_lse.data());
+            attention_forward_with(bf16 ? active_bf16_microkernel() : active_microkernel(), p,
+                                   tile.data(), tile_lse.data());
+            // The reference on the operands the kernels multiply: rounded to bf16 in bf16.
+            const Problem rounded = full.rounded_to_bf16();
+            AttentionParams r = p;
+            if (bf16) {
+              r.q = rounded.qkv.data() + (T_kv - 1) * rounded.ld;
+              r.k = rounded.params.k;
+              r.v = rounded.params.v;
+            }
+            attention_forward_reference(r, ref.data(), ref_lse.data());
+            const std::string what = std::string(bf16 ? "bf16" : "fp32") + " docs=" + name(docs) +
+                                     " H=" + std::to_string(hd.H) +
+                                     " H_kv=" + std::to_string(hd.H_kv) +
+                                     " D=" + std::to_string(hd.D) + " W=" + std::to_string(W) +
+                                     " T_kv=" + std::to_string(T_kv);
+            const double e_tile = rel_error(one, tile), e_ref = rel_error(one, ref);
+            worst_tile[bf16] = std::max(worst_tile[bf16], e_tile);
+            worst_ref[bf16] = std::max(worst_ref[bf16], e_ref);
+            EXPECT_LT(e_tile, bf16 ? 4e-3 : kFp32Bounds.e[0]) << what;
+            EXPECT_LT(rel_error(one_lse, tile_lse), 1e-6) << what;
+            EXPECT_LT(e_ref, bf16 ? kBf16Bounds.e[0] : kFp32Bounds.e[0]) << what;
+            EXPECT_LT(rel_error(one_lse, ref_lse), kFp32Bounds.e[1]) << what;
+          }
+        }
+      }
+    }
+  }
+  std::printf("one query vs tile path: fp32 %.2g, bf16 %.2g; vs reference: fp32 %.2g, bf16 %.2g\n",
+              worst_tile[0], worst_tile[1], worst_ref[0], worst_ref[1]);
 }
 
 TEST(Attention, SpeedrunShapeTiming) {

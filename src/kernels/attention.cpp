@@ -21,6 +21,12 @@ const MicroKernel& kernel_for(Precision precision) {
 }  // namespace
 
 void attention_forward(const AttentionParams& p, float* out, float* lse) {
+  // One query (decoding a token): packing the cache for a one-row tile product costs more than
+  // the arithmetic (attention_decode.cpp).
+  if (p.T == 1) {
+    attention_forward_one_query(p, out, lse);
+    return;
+  }
   attention_forward_with(kernel_for(p.precision), p, out, lse);
 }
 

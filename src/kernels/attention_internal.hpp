@@ -18,6 +18,11 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
 void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv);
 
+// The forward of exactly one query (T = 1: decoding a token over a cache) without the tile
+// products: attention_decode.cpp. attention_forward takes it for every single query; within fp32
+// rounding of attention_forward_with on any kernel.
+void attention_forward_one_query(const AttentionParams& p, float* out, float* lse);
+
 // Bytes of packed operands one group of heads may take (2 MiB unless set); returns the previous
 // value. Heads are packed and processed group by group; a budget below one head's operands
 // gives every head a group of its own. Results do not depend on it.
