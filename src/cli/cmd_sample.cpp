@@ -95,14 +95,13 @@ void register_sample(CLI::App& app) {
     std::string text = a->prompt;
     std::fwrite(text.data(), 1, text.size(), stdout);
     size_t printed = text.size();
-    std::vector<int32_t> order;
-    std::vector<double> probs;
+    SamplingScratch scratch;
     SamplingSettings settings;
     settings.temperature = a->temperature;
     settings.top_k = a->top_k;
     for (int64_t n = 0; n < a->max_tokens; ++n) {
       // Only real vocabulary entries are candidates; padding classes never are.
-      const int32_t next = sample_token(*logits, c.vocab_size, settings, rng, order, probs);
+      const int32_t next = sample_token(*logits, c.vocab_size, settings, rng, scratch);
       if (next == c.eot_id) break;  // the document ended
       generated.push_back(static_cast<uint32_t>(next));
       text = a->prompt + tok.decode(generated);

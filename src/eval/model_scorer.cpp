@@ -202,12 +202,11 @@ std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
   bool first_round = true;
   std::vector<int32_t> drawn;
   while (!running.empty()) {
-    // The draws run on the pool (a draw sorts the vocabulary; each sample has its own
-    // generator, so the order they run in changes nothing); the rest in order.
+    // The draws run on the pool (each sample has its own generator, so the order they run in
+    // changes nothing); the rest in order.
     drawn.resize(running.size());
     ThreadPool& pool = ThreadPool::current();
-    orders_.resize(static_cast<size_t>(pool.size()));
-    probs_.resize(static_cast<size_t>(pool.size()));
+    sampling_.resize(static_cast<size_t>(pool.size()));
     pool.parallel_for(running.size(), [&](size_t k, int worker) {
       const Running& u = running[k];
       const GenerateRequest& r = requests[u.request];
@@ -215,9 +214,8 @@ std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
           first_round ? std::span<const float>(prompt_logits[u.request])
                       : std::span<const float>(logits_.data() + static_cast<int64_t>(k) * Vp,
                                                static_cast<size_t>(Vp));
-      drawn[k] =
-          sample_token(z, c.vocab_size, r.settings, (*r.rngs)[u.sample],
-                       orders_[static_cast<size_t>(worker)], probs_[static_cast<size_t>(worker)]);
+      drawn[k] = sample_token(z, c.vocab_size, r.settings, (*r.rngs)[u.sample],
+                              sampling_[static_cast<size_t>(worker)]);
     });
     std::vector<Running> next_round;
     for (size_t k = 0; k < running.size(); ++k) {

@@ -100,8 +100,7 @@ class ModelScorer {
   // The head's log-likelihoods of `targets`, one per final-norm row of `rows` ([T, d]).
   std::vector<float> head_logprobs(const float* rows, std::span<const int32_t> targets);
   std::vector<float> logits_;
-  std::vector<std::vector<int32_t>> orders_;  // sampling scratch, per worker of the pool
-  std::vector<std::vector<double>> probs_;
+  std::vector<SamplingScratch> sampling_;  // per worker of the pool
 
   Gpt& model_;
   int64_t window_blocks_;

@@ -5,93 +5,99 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/exp_approx.hpp"
 #include "kernels/fused_linear_cross_entropy.hpp"
+#include "kernels/target.hpp"
 
 namespace nanogpt {
 
+namespace {
+
+// The weights exp((z_v − max)/T) of the whole vocabulary into w, in fp32 (exp_approx, the one
+// exp of the kernels), and their sum in double over 8 lanes in a fixed order: two plain loops,
+// each of which vectorizes.
+NANOGPT_TARGET_CLONES double vocabulary_weights(const float* z, int64_t n, float max, float inv_t,
+                                                float* w) {
+  for (int64_t v = 0; v < n; ++v) w[v] = exp_approx((z[v] - max) * inv_t);
+  double lane[8] = {};
+  int64_t v = 0;
+  for (; v + 8 <= n; v += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(w[v + l]);
+  }
+  for (int l = 0; v + l < n; ++l) lane[l] += static_cast<double>(w[v + l]);
+  double sum = 0;
+  for (double x : lane) sum += x;
+  return sum;
+}
+
+}  // namespace
+
 int32_t sample_token(std::span<const float> logits, int64_t vocab_size,
-                     const SamplingSettings& settings, Rng& rng, std::vector<int32_t>& order,
-                     std::vector<double>& probs) {
+                     const SamplingSettings& settings, Rng& rng, SamplingScratch& scratch) {
   const float* z = logits.data();
   if (settings.temperature <= 0) {
-    // Greedy: the most likely token, the lowest id of equal ones — what the sort below puts
-    // first, found in one pass.
+    // Greedy: the most likely token, the lowest id of equal ones, in one pass.
     int32_t best = 0;
     for (int32_t v = 1; v < static_cast<int32_t>(vocab_size); ++v) {
       if (z[v] > z[best]) best = v;
     }
     return best;
   }
-  order.resize(static_cast<size_t>(vocab_size));
-  probs.resize(static_cast<size_t>(vocab_size));
-  const int64_t k = settings.top_k > 0 ? std::min<int64_t>(settings.top_k, vocab_size) : vocab_size;
-  // Tokens by decreasing logit, equal ones by increasing id: a total order, so the permutation
-  // is unique whatever sorts it. The keys are the logits' bits made order-preserving and
-  // inverted (-0 counts as +0, as == does). Top-k: a partial sort of 64-bit (key, id) pairs;
-  // the whole vocabulary: a stable radix sort of the keys over ids in increasing order, three
-  // passes of 11 bits — an indirect comparison sort over the vocabulary was more than half of
-  // sampled generation's time, and a comparison sort of the pairs still a fifth.
-  thread_local std::vector<uint32_t> keys, keys_tmp;
-  thread_local std::vector<int32_t> ids_tmp;
+  if (settings.top_k <= 0 || settings.top_k >= vocab_size) {
+    // The whole vocabulary: the inverse of the cumulative distribution over the ids in
+    // increasing order, so no sort — a sort of the vocabulary (by an indirect comparison sort,
+    // then a radix sort of the logits' bits) was most of a batched rollout's sampling time.
+    float mx = z[0];
+    for (int64_t v = 1; v < vocab_size; ++v) mx = z[v] > mx ? z[v] : mx;
+    const auto inv_t = static_cast<float>(1.0 / settings.temperature);
+    std::vector<float>& weights = scratch.weights;
+    weights.resize(static_cast<size_t>(vocab_size));
+    const double total = vocabulary_weights(z, vocab_size, mx, inv_t, weights.data());
+    const double u = rng.uniform() * total;
+    double cumulative = 0;
+    int32_t last = 0;  // the last token of weight > 0: where rounding of the sums may leave u
+    for (int64_t v = 0; v < vocab_size; ++v) {
+      const auto w = static_cast<double>(weights[static_cast<size_t>(v)]);
+      if (w == 0) continue;  // never drawn (its weight underflowed, below e^-87 of the top)
+      cumulative += w;
+      last = static_cast<int32_t>(v);
+      if (cumulative > u) return last;
+    }
+    return last;
+  }
+  // Top-k: the k most likely tokens by a partial sort of (logit, id) keys — decreasing logit,
+  // equal ones by increasing id, a total order so the permutation is unique whatever sorts it:
+  // the logits' bits made order-preserving and inverted (-0 counts as +0, as == does) — then the
+  // inverse of the cumulative distribution over them in that order.
+  const int64_t k = settings.top_k;
+  std::vector<double>& weights = scratch.top_weights;
+  weights.resize(static_cast<size_t>(k));
+  std::vector<uint64_t>& keys = scratch.keys;
   keys.resize(static_cast<size_t>(vocab_size));
   for (int64_t v = 0; v < vocab_size; ++v) {
     uint32_t bits;
     const float f = z[v] + 0.0f;
     std::memcpy(&bits, &f, sizeof bits);
     const uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-    keys[static_cast<size_t>(v)] = ~ascending;
+    keys[static_cast<size_t>(v)] =
+        (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(v);
   }
-  if (k < vocab_size) {
-    thread_local std::vector<uint64_t> pairs;
-    pairs.resize(static_cast<size_t>(vocab_size));
-    for (int64_t v = 0; v < vocab_size; ++v) {
-      pairs[static_cast<size_t>(v)] =
-          (static_cast<uint64_t>(keys[static_cast<size_t>(v)]) << 32) | static_cast<uint32_t>(v);
-    }
-    std::partial_sort(pairs.begin(), pairs.begin() + k, pairs.end());
-    for (int64_t i = 0; i < k; ++i) {
-      order[static_cast<size_t>(i)] =
-          static_cast<int32_t>(pairs[static_cast<size_t>(i)] & 0xffffffffu);
-    }
-  } else {
-    keys_tmp.resize(keys.size());
-    ids_tmp.resize(keys.size());
-    for (int64_t v = 0; v < vocab_size; ++v)
-      order[static_cast<size_t>(v)] = static_cast<int32_t>(v);
-    constexpr int kBits = 11;
-    constexpr uint32_t kMask = (1u << kBits) - 1;
-    std::vector<uint32_t> count(static_cast<size_t>(kMask) + 2);
-    for (int shift = 0; shift < 32; shift += kBits) {
-      std::fill(count.begin(), count.end(), 0u);
-      for (uint32_t key : keys) ++count[((key >> shift) & kMask) + 1];
-      for (size_t b = 1; b < count.size(); ++b) count[b] += count[b - 1];
-      for (size_t i = 0; i < keys.size(); ++i) {
-        const uint32_t at = count[(keys[i] >> shift) & kMask]++;
-        keys_tmp[at] = keys[i];
-        ids_tmp[at] = order[i];
-      }
-      keys.swap(keys_tmp);
-      order.swap(ids_tmp);
-    }
+  std::partial_sort(keys.begin(), keys.begin() + k, keys.end());
+  auto id = [&](int64_t i) {
+    return static_cast<int32_t>(keys[static_cast<size_t>(i)] & 0xffffffffu);
+  };
+  const double mx = z[id(0)];
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    weights[static_cast<size_t>(i)] = std::exp((z[id(i)] - mx) / settings.temperature);
+    sum += weights[static_cast<size_t>(i)];
   }
-  int32_t next = order[0];
-  if (settings.temperature > 0) {
-    const double mx = z[order[0]];
-    double sum = 0;
-    for (int64_t i = 0; i < k; ++i) {
-      probs[static_cast<size_t>(i)] = std::exp((z[order[i]] - mx) / settings.temperature);
-      sum += probs[static_cast<size_t>(i)];
-    }
-    double u = rng.uniform() * sum;
-    for (int64_t i = 0; i < k; ++i) {
-      u -= probs[static_cast<size_t>(i)];
-      if (u <= 0 || i == k - 1) {
-        next = order[static_cast<size_t>(i)];
-        break;
-      }
-    }
+  double u = rng.uniform() * sum;
+  for (int64_t i = 0; i < k; ++i) {
+    u -= weights[static_cast<size_t>(i)];
+    if (u <= 0 || i == k - 1) return id(i);
   }
-  return next;
+  return id(0);
 }
 
 void forward_row_logits(Gpt& model, int64_t row, std::vector<float>& out) {
