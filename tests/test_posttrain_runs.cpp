@@ -155,6 +155,18 @@ RlOptions rl_options(const Fixture& f, const std::string& out) {
   return o;
 }
 
+// The run of `o` on one thread, stopped (with its checkpoint) after its first step and resumed
+// to the end: what the resumed invocation returns.
+RlResult run_rl_one_thread_stopped_and_resumed(RlOptions o) {
+  ThreadPool one(1);
+  const ThreadPool::Use use(one);
+  o.max_steps = 1;
+  run_rl(o);
+  o.max_steps = 0;
+  o.resume = true;
+  return run_rl(o);
+}
+
 TEST(PosttrainRl, StepsAreDeterministicForAnyThreadCountAndResumeBitwise) {
   Fixture f;
   const RlOptions o = rl_options(f, f.dir.path() + "/rl");
@@ -181,14 +193,7 @@ TEST(PosttrainRl, StepsAreDeterministicForAnyThreadCountAndResumeBitwise) {
                            after->params().values().begin()));
   }
   // One thread, stopped after a step and resumed: the same bits.
-  RlOptions part = rl_options(f, f.dir.path() + "/part");
-  part.max_steps = 1;
-  ThreadPool one(1);
-  const ThreadPool::Use use(one);
-  run_rl(part);
-  part.max_steps = 0;
-  part.resume = true;
-  const RlResult b = run_rl(part);
+  const RlResult b = run_rl_one_thread_stopped_and_resumed(rl_options(f, f.dir.path() + "/part"));
   EXPECT_EQ(b.steps_run, 2);
   EXPECT_EQ(model_bytes(a.last_checkpoint), model_bytes(b.last_checkpoint));
   for (size_t i = 0; i < b.steps.size(); ++i) {
@@ -341,13 +346,7 @@ TEST(PosttrainRl, PpoIsDeterministicForAnyThreadCountAndResumesBitwise) {
   part.updates_per_batch = 2;
   part.value_clip = 0.01;
   part.value_lr = 1e-2;
-  part.max_steps = 1;
-  ThreadPool one(1);
-  const ThreadPool::Use use(one);
-  run_rl(part);
-  part.max_steps = 0;
-  part.resume = true;
-  const RlResult b = run_rl(part);
+  const RlResult b = run_rl_one_thread_stopped_and_resumed(part);
   ASSERT_EQ(b.steps_run, 2);
   EXPECT_EQ(checkpoint_bytes(a.last_checkpoint), checkpoint_bytes(b.last_checkpoint));
   for (size_t i = 0; i < b.steps.size(); ++i) {

@@ -189,19 +189,16 @@ DpoRunResult run_dpo(const DpoOptions& o) {
                      ref_mine.begin, static_cast<int64_t>(all.size()), "reference log-probs");
   if (o.resume) load_model_weights(model, start_checkpoint);
 
-  // Rank 0 alone writes the run directory.
-  std::optional<RunDirectory> run_directory;
-  if (root) run_directory.emplace(o.run_dir);
-  const RunDirectory* run = root ? &*run_directory : nullptr;
-  if (run != nullptr && o.resume) {
-    run->truncate_metrics(state.step);
-  } else if (run != nullptr) {
-    run->start_metrics();
-    if (sampled) write_preference_pairs(pairs_source, pairs);
-    nlohmann::ordered_json record = fields;
-    record["ranks"] = comm.size();
-    write_posttrain_run_record(o.run_dir, "dpo", record, start, o.tokenizer_record, o.command_line);
+  // On-policy pairs are kept with the run (a resume reads them there).
+  if (root && !o.resume && sampled) {
+    std::filesystem::create_directories(o.run_dir);
+    write_preference_pairs(pairs_source, pairs);
   }
+  // Rank 0 alone writes the run directory.
+  const std::optional<RunDirectory> run_directory =
+      open_stage_run_directory(comm, "dpo", o.run_dir, o.resume, state.step, fields, start,
+                               o.tokenizer_record, o.command_line);
+  const RunDirectory* run = run_directory ? &*run_directory : nullptr;
 
   DpoRunResult result;
   result.steps = total_steps;

@@ -249,17 +249,10 @@ RlResult run_rl(const RlOptions& o) {
   }
 
   // Rank 0 alone writes the run directory.
-  std::optional<RunDirectory> run_directory;
-  if (root) run_directory.emplace(o.run_dir);
-  const RunDirectory* run = root ? &*run_directory : nullptr;
-  if (run != nullptr && o.resume) {
-    run->truncate_metrics(state.step);
-  } else if (run != nullptr) {
-    run->start_metrics();
-    nlohmann::ordered_json record = fields;
-    record["ranks"] = comm.size();
-    write_posttrain_run_record(o.run_dir, "rl", record, start, o.tokenizer_record, o.command_line);
-  }
+  const std::optional<RunDirectory> run_directory =
+      open_stage_run_directory(comm, "rl", o.run_dir, o.resume, state.step, fields, start,
+                               o.tokenizer_record, o.command_line);
+  const RunDirectory* run = run_directory ? &*run_directory : nullptr;
 
   ModelScorer scorer(model, window);
   RlResult result;

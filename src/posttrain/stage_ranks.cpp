@@ -36,4 +36,21 @@ void check_stage_ranks_agree(Comm& comm, const std::string& stage, const std::st
                            {"the checkpoint to start from", checkpoint}});
 }
 
+std::optional<RunDirectory> open_stage_run_directory(
+    Comm& comm, const std::string& stage, const std::string& run_dir, bool resume,
+    int64_t resume_step, nlohmann::ordered_json fields, const PosttrainStart& start,
+    const nlohmann::json& tokenizer_record, const std::string& command_line) {
+  if (!comm.is_root()) return std::nullopt;
+  std::optional<RunDirectory> run(std::in_place, run_dir);
+  if (resume) {
+    run->truncate_metrics(resume_step);
+  } else {
+    run->start_metrics();
+    fields["ranks"] = comm.size();
+    write_posttrain_run_record(run_dir, stage, std::move(fields), start, tokenizer_record,
+                               command_line);
+  }
+  return run;
+}
+
 }  // namespace nanogpt

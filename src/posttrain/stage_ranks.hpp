@@ -18,7 +18,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "posttrain/posttrain_checkpoint.hpp"
 #include "runtime/comm.hpp"
+#include "train/run_directory.hpp"
 
 namespace nanogpt {
 
@@ -37,5 +42,13 @@ std::vector<double> gather_by_rank(Comm& comm, std::span<const double> mine, int
 // their collectives match; InputError naming what differs otherwise.
 void check_stage_ranks_agree(Comm& comm, const std::string& stage, const std::string& options,
                              const std::string& checkpoint);
+
+// Rank 0's run directory as a stage begins: a resumed run's metrics cut back to `resume_step`; a
+// fresh run's metrics started and run.json written (`fields`, then the ranks and what
+// write_posttrain_run_record adds). Empty on the other ranks, which write nothing.
+std::optional<RunDirectory> open_stage_run_directory(
+    Comm& comm, const std::string& stage, const std::string& run_dir, bool resume,
+    int64_t resume_step, nlohmann::ordered_json fields, const PosttrainStart& start,
+    const nlohmann::json& tokenizer_record, const std::string& command_line);
 
 }  // namespace nanogpt

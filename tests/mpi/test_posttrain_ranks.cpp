@@ -51,6 +51,13 @@ struct SharedCheckpoint {
     tokenizer = all.substr(b + 1);
     tokenizer_record = {{"spec", tokenizer}};
   }
+  // A stage's options start from the checkpoint, its tokenizer and what it records of it.
+  template <class StageOptions>
+  void start(StageOptions& o) const {
+    o.checkpoint = checkpoint;
+    o.tokenizer = tokenizer;
+    o.tokenizer_record = tokenizer_record;
+  }
   // Every rank is done with rank 0's files before they are removed.
   ~SharedCheckpoint() { Comm::world().barrier("shared checkpoint done"); }
   SharedCheckpoint(const SharedCheckpoint&) = delete;
@@ -87,9 +94,7 @@ TEST(PosttrainRanks, SftEqualsOneProcessAndResumesBitwise) {
   const SharedCheckpoint f;
   Comm& w = Comm::world();
   SftOptions o;
-  o.checkpoint = f.checkpoint;
-  o.tokenizer = f.tokenizer;
-  o.tokenizer_record = f.tokenizer_record;
+  f.start(o);
   o.data = f.dir + "/chat.jsonl";  // one file every rank reads, as in a real job
   if (w.is_root()) write_conversations(o.data, 40);
   w.barrier("data written");
@@ -133,9 +138,7 @@ TEST(PosttrainRanks, DpoEqualsOneProcess) {
   const SharedCheckpoint f;
   Comm& w = Comm::world();
   DpoOptions o;
-  o.checkpoint = f.checkpoint;
-  o.tokenizer = f.tokenizer;
-  o.tokenizer_record = f.tokenizer_record;
+  f.start(o);
   o.pairs = f.dir + "/pairs.jsonl";
   if (w.is_root()) write_pairs(o.pairs, 20);
   w.barrier("pairs written");
@@ -180,9 +183,7 @@ void rl_equals_one_process(AdvantageEstimator estimator, const std::string& name
   const SharedCheckpoint f;
   Comm& w = Comm::world();
   RlOptions o;
-  o.checkpoint = f.checkpoint;
-  o.tokenizer = f.tokenizer;
-  o.tokenizer_record = f.tokenizer_record;
+  f.start(o);
   o.rubric = "builtin:fortune-answers";
   // Two steps: the second's rollouts are drawn from the weights the first update made on N
   // ranks and on one. Later steps drift apart (a weight Adam or Muon moved by a full step on a
@@ -244,9 +245,7 @@ TEST(PosttrainRanks, RlRefusesFewerPromptsThanRanks) {
   const SharedCheckpoint f;
   Comm& w = Comm::world();
   RlOptions o;
-  o.checkpoint = f.checkpoint;
-  o.tokenizer = f.tokenizer;
-  o.tokenizer_record = f.tokenizer_record;
+  f.start(o);
   o.rubric = "builtin:fortune-answers";
   o.prompts_per_step = w.size() - 1;
   o.run_dir = f.dir + "/never";
