@@ -138,7 +138,7 @@ TEST(GptFiniteDifference, FinalNormGradientFloat64GradientsMatchCentralDifferenc
 // A final-norm gradient of the wrong size is refused before anything runs.
 TEST(GptFiniteDifference, FinalNormGradientOfTheWrongSizeIsRefused) {
   const Config c = fd_config();
-  auto tokens = fd_tokens(33, 7);
+  auto tokens = fd_tokens(160, 7);
   std::vector<int32_t> in(tokens.begin(), tokens.end() - 1), tg(tokens.begin() + 1, tokens.end());
   GptT<double> model(c);
   randomize(model, 11);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
 
 #include "config/config.hpp"
 #include "data/token_shard.hpp"
@@ -66,8 +67,10 @@ inline void write_synthetic_shards(const std::string& dir) {
 }
 
 // Tokens for the finite-difference tests (vocabulary 100, EOT 99): documents start at 0, 40, 41
-// and 150, so T = 160 crosses a 128-token mask block.
+// and 150, so T = 160 crosses a 128-token mask block. T must exceed 150.
 inline std::vector<int32_t> fd_tokens(int64_t T, uint32_t seed) {
+  if (T <= 150)
+    throw std::invalid_argument("fd_tokens: T must exceed 150 (a document starts there)");
   Rng rng(seed);
   std::vector<int32_t> t(static_cast<size_t>(T + 1));
   for (auto& x : t) x = static_cast<int32_t>(rng.next_u64() % 99);
