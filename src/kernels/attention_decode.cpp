@@ -8,8 +8,8 @@
 // online_softmax_tile (a running max, p = exp_approx(scale·s − m), l and the output rescaled
 // by exp_approx(m_old − m_new) when the max grows) — only the order of each dot product's fp32
 // sum differs from the micro-kernel's. So a decoded row stays within fp32 rounding of the tile
-// path's (tests/test_attention_decode.cpp), which the decoder's bounds against a full forward
-// already allow for (tests/test_decoder.cpp).
+// path's (tests/test_attention.cpp, OneQueryPathMatchesTheTilePathAndTheReference), which the
+// decoder's bounds against a full forward already allow for (tests/test_decoder.cpp).
 #include <algorithm>
 #include <cmath>
 #include <vector>
