@@ -12,6 +12,7 @@
 
 #include "model/decoder.hpp"
 #include "model/gpt.hpp"
+#include "model/kv_cache.hpp"
 #include "optim/gpt_optimizer.hpp"
 #include "runtime/random.hpp"
 #include "runtime/thread_pool.hpp"
@@ -106,6 +107,29 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   const Batch b = batch_of(static_cast<size_t>(T), 9);
   model.forward_backward(b.inputs, b.targets, 1, 1.0f / T, 128);
   EXPECT_EQ(model.activation_bytes(), static_cast<size_t>(T * (4 * floats + 16)));
+}
+
+// A cached forward (decoding, scoring) keeps one block's activations, whichever layer runs, plus
+// each block's output and the model's own rows, and no backward buffers (docs/ARCHITECTURE.md,
+// "Memory"): with H_kv = H, 9·d + 7·H·D + 3·H + 2 floats for the block, L·d for the outputs,
+// 2·d + 2 for x0, the final norm and their rstd, and 16 bytes of token, document and position.
+TEST(GptMemory, ACachedForwardKeepsOneBlocksActivations) {
+  Config c = micro_config();
+  set_config_value(c, "precision=fp32");
+  Gpt model(c);
+  model.init_parameters(3);
+  const int64_t T = 96, d = c.model_dim, HD = c.num_heads * c.head_dim, H = c.num_heads;
+  const int64_t L = c.num_layers;
+  const int64_t floats = 9 * d + 7 * HD + 3 * H + 2 + L * d + 2 * d + 2;
+  const Batch b = batch_of(static_cast<size_t>(T), 9);
+  KvCache cache(c, T);
+  model.forward_cached(b.inputs, 1, cache);
+  const size_t cached = model.activation_bytes();
+  EXPECT_EQ(cached, static_cast<size_t>(T * (4 * floats + 16)));
+  // A training forward of the same rows sizes every layer's set and the backward's buffers
+  // besides (the previous test's formula), several times more.
+  model.forward_loss(b.inputs, b.targets, 1, nullptr, T);
+  EXPECT_GT(model.activation_bytes(), 3 * cached);
 }
 
 TEST(GptMemory, OptimizerStateAndScratchAreItsOwn) {

@@ -203,9 +203,40 @@ int64_t GptT<Real>::layer_window(int64_t layer, int64_t window_blocks) const {
 }
 
 template <class Real>
-void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
+void GptT<Real>::size_block(LayerActivations& A, int64_t layer, int64_t T) {
   const QkvShape s = qkv_shape(config_);
-  const int64_t d = config_.model_dim, HD = s.q_width(), H = s.Hq;
+  const int64_t d = config_.model_dim;
+  resize(A.x_in, T * d);
+  resize(A.x_mix, T * d);
+  resize(A.x_attn, T * d);
+  resize(A.norm2, T * d);
+  resize(A.rstd2, T);
+  if (config_.is_moe_layer(layer)) {
+    const int64_t rows = T * config_.experts_per_token;
+    resize(A.router_probs, T * config_.num_experts);
+    resize(A.expert_ids, rows);
+    resize(A.gates, rows);
+    resize(A.xe, rows * d);
+    resize(A.he, rows * config_.moe_hidden());
+    resize(A.ye, rows * d);
+  } else {
+    resize(A.h, T * 4 * d);
+  }
+  if (config_.has_attention(layer)) {
+    resize(A.norm1, T * d);
+    resize(A.rstd1, T);
+    resize(A.qkv_raw, T * s.row());
+    resize(A.rstd_qk, T * (s.Hq + s.Hkv));
+    resize(A.qkv, T * s.row());
+    resize(A.attn_out, T * s.q_width());
+    resize(A.lse, s.Hq * T);
+  }
+}
+
+template <class Real>
+void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len, bool cached) {
+  const QkvShape s = qkv_shape(config_);
+  const int64_t d = config_.model_dim, HD = s.q_width();
   if (rotary_.max_positions() < seq_len) rotary_ = RotaryTableT<Real>(seq_len, config_.head_dim);
   resize(tokens_, T);
   resize(doc_, T);
@@ -214,35 +245,16 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len) {
   resize(rstd0_, T);
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     LayerActivations& A = layers_[static_cast<size_t>(i)];
-    resize(A.x_in, T * d);
-    resize(A.x_mix, T * d);
-    resize(A.x_attn, T * d);
-    resize(A.norm2, T * d);
-    resize(A.rstd2, T);
     resize(A.x_out, T * d);
-    if (config_.is_moe_layer(i)) {
-      const int64_t rows = T * config_.experts_per_token;
-      resize(A.router_probs, T * config_.num_experts);
-      resize(A.expert_ids, rows);
-      resize(A.gates, rows);
-      resize(A.xe, rows * d);
-      resize(A.he, rows * config_.moe_hidden());
-      resize(A.ye, rows * d);
+    if (!cached || config_.is_moe_layer(i)) {
+      size_block(A, i, T);
     } else {
-      resize(A.h, T * 4 * d);
-    }
-    if (config_.has_attention(i)) {
-      resize(A.norm1, T * d);
-      resize(A.rstd1, T);
-      resize(A.qkv_raw, T * s.row());
-      resize(A.rstd_qk, T * (s.Hq + s.Hkv));
-      resize(A.qkv, T * s.row());
-      resize(A.attn_out, T * HD);
-      resize(A.lse, H * T);
+      size_block(inference_, i, T);
     }
   }
   resize(final_norm_, T * d);
   resize(rstd_final_, T);
+  if (cached) return;  // no backward follows a cached forward
   resize(dx_, T * d);
   resize(dx0_, T * d);
   resize(dtmp_, T * (s.Hq + s.Hkv) * s.D);
@@ -265,7 +277,11 @@ template <class Real>
 size_t GptT<Real>::activation_bytes() const {
   size_t total = bytes_of(tokens_) + bytes_of(doc_) + bytes_of(pos_) + bytes_of(x0_) +
                  bytes_of(rstd0_) + bytes_of(final_norm_) + bytes_of(rstd_final_);
-  for (const LayerActivations& A : layers_) {
+  std::vector<const LayerActivations*> sets;
+  for (const LayerActivations& A : layers_) sets.push_back(&A);
+  sets.push_back(&inference_);
+  for (const LayerActivations* set : sets) {
+    const LayerActivations& A = *set;
     for (const AlignedVector<Real>* v :
          {&A.x_in, &A.x_mix, &A.norm1, &A.rstd1, &A.qkv_raw, &A.rstd_qk, &A.qkv, &A.attn_out,
           &A.lse, &A.x_attn, &A.norm2, &A.rstd2, &A.h, &A.x_out, &A.router_probs, &A.gates, &A.xe,
@@ -284,12 +300,11 @@ size_t GptT<Real>::activation_bytes() const {
 }
 
 template <class Real>
-AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, int64_t window_blocks,
-                                               const KvCacheT<Real>* cache, int64_t row0,
-                                               int64_t rows) const {
+AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, const LayerActivations& A,
+                                               int64_t window_blocks, const KvCacheT<Real>* cache,
+                                               int64_t row0, int64_t rows) const {
   // q, k, v are the three parts of each token's row of the layer's qkv activation; with a
   // cache, k and v are the cache's rows, these rows' after the past's.
-  const LayerActivations& A = layers_[static_cast<size_t>(layer)];
   const QkvShape s = qkv_shape(config_);
   AttentionArgs<Real> a;
   a.T = rows;
@@ -347,11 +362,10 @@ void GptT<Real>::compute_positions(int64_t seq_len, bool cached) {
 }
 
 template <class Real>
-void GptT<Real>::cached_attention(int64_t layer, int64_t window_blocks) {
-  LayerActivations& A = layers_[static_cast<size_t>(layer)];
+void GptT<Real>::cached_attention(int64_t layer, LayerActivations& A, int64_t window_blocks) {
   const QkvShape s = qkv_shape(config_);
   auto attend = [&](const Segment& g) {
-    model_attention_forward(attention_args(layer, window_blocks, g.cache, g.row0, g.rows),
+    model_attention_forward(attention_args(layer, A, window_blocks, g.cache, g.row0, g.rows),
                             A.attn_out.data() + g.row0 * s.q_width(), A.lse.data() + g.row0 * s.Hq);
   };
   ThreadPool& pool = ThreadPool::current();
@@ -460,7 +474,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                      "each sequence; run them one at a time instead");
   }
   // Cached: seq_len is the longest cache's capacity (the rotary table's reach).
-  ensure_capacity(T, seq_len);
+  ensure_capacity(T, seq_len, cached);
   T_ = T;
   window_blocks_ = window_blocks;
   for (int64_t t = 0; t < T; ++t) {
@@ -477,7 +491,8 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
   embed_norm_forward(T, d, tokens_.data(), w_.embed, x0_.data(), rstd0_.data());
   const Real* x = x0_.data();
   for (int64_t i = 0; i < L; ++i) {
-    LayerActivations& A = layers_[static_cast<size_t>(i)];
+    LayerActivations& A = block_activations(i, cached);
+    Real* x_out = layers_[static_cast<size_t>(i)].x_out.data();
     const BlockWeights<Real>& w = w_.blocks[static_cast<size_t>(i)];
     const bool attention = config_.has_attention(i);
     // U-net: a block of the second half adds its mirror's output from the first half.
@@ -503,16 +518,15 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
           g.cache->store(i, g.rows, row + qkv.q_width(), row + qkv.q_width() + qkv.kv_width(),
                          qkv.row());
         }
-        cached_attention(i, window_blocks);
+        cached_attention(i, A, window_blocks);
       } else {
-        model_attention_forward(attention_args(i, window_blocks, nullptr, 0, T), A.attn_out.data(),
-                                A.lse.data());
+        model_attention_forward(attention_args(i, A, window_blocks, nullptr, 0, T),
+                                A.attn_out.data(), A.lse.data());
       }
       linear_forward(precision_, "attn.c_proj.fwd", T, HD, d, A.attn_out.data(), w.attn_proj,
                      Real(1), A.x_attn.data(), {}, packed_for(cached, w.attn_proj, d, HD));
     }
-    rmsnorm_rows_forward("norm2", T, d, A.x_attn.data(), A.norm2.data(), A.rstd2.data(),
-                         A.x_out.data());
+    rmsnorm_rows_forward("norm2", T, d, A.x_attn.data(), A.norm2.data(), A.rstd2.data(), x_out);
     ReluSquaredEpilogue<Real> relu2;
     relu2.relu_squared = true;
     if (config_.is_moe_layer(i)) {
@@ -530,14 +544,14 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                             w.expert_fc, A.he.data(), relu2);
       expert_linear_forward(precision_, "moe.c_proj.fwd", A.plan, hidden, d, A.he.data(),
                             w.expert_proj, A.ye.data());
-      model_moe_combine(A.plan, d, A.ye.data(), A.gates.data(), A.x_out.data());
+      model_moe_combine(A.plan, d, A.ye.data(), A.gates.data(), x_out);
     } else {
       linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, A.norm2.data(), w.c_fc, Real(0),
                      A.h.data(), relu2, packed_for(cached, w.c_fc, 4 * d, d));
       linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, A.h.data(), w.mlp_proj, Real(1),
-                     A.x_out.data(), {}, packed_for(cached, w.mlp_proj, d, 4 * d));
+                     x_out, {}, packed_for(cached, w.mlp_proj, d, 4 * d));
     }
-    x = A.x_out.data();
+    x = x_out;
   }
   rmsnorm_rows_forward("final_norm", T, d, x, final_norm_.data(), rstd_final_.data());
 }
@@ -706,9 +720,9 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                              g.attn_proj);
       linear_backward_input(precision_, "attn.c_proj.dX", T, HD, d, dx, w.attn_proj, dattn_.data());
       Real* dq = dqkv_.data();
-      model_attention_backward(attention_args(i, window_blocks_, nullptr, 0, T), A.attn_out.data(),
-                               A.lse.data(), dattn_.data(), dq, dq + qkv.q_width(),
-                               dq + qkv.q_width() + qkv.kv_width());
+      model_attention_backward(attention_args(i, A, window_blocks_, nullptr, 0, T),
+                               A.attn_out.data(), A.lse.data(), dattn_.data(), dq,
+                               dq + qkv.q_width(), dq + qkv.q_width() + qkv.kv_width());
       const std::array<double, 2> dla = qk_norm_rotary_v_mix_backward(
           T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed, g.value_embed,
           w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(), A.rstd_qk.data(), A.qkv.data(),

@@ -217,15 +217,26 @@ class GptT {
   // cached: the inputs are the segments_ of forward_cached_batch, each continuing its cache.
   void forward(std::span<const int32_t> inputs, int64_t window_blocks, int64_t seq_len,
                bool cached = false);
-  void ensure_capacity(int64_t T, int64_t seq_len);
+  // Sizes the activations for T rows; cached: a cached forward's (no backward buffers, the
+  // dense blocks in inference_).
+  void ensure_capacity(int64_t T, int64_t seq_len, bool cached);
+  void size_block(LayerActivations& A, int64_t layer, int64_t T);
+  // Where block `layer` of a forward keeps its activations (its output is always
+  // layers_[layer].x_out).
+  LayerActivations& block_activations(int64_t layer, bool cached) {
+    return cached && !config_.is_moe_layer(layer) ? inference_
+                                                  : layers_[static_cast<size_t>(layer)];
+  }
   // Each token's position (RoPE) and document (the mask), from tokens_.
   void compute_positions(int64_t seq_len, bool cached);
-  // A cached forward's attention in layer `layer`: each segment against its cache.
-  void cached_attention(int64_t layer, int64_t window_blocks);
+  // A cached forward's attention in layer `layer` (activations A): each segment against its
+  // cache.
+  void cached_attention(int64_t layer, LayerActivations& A, int64_t window_blocks);
   // The attention of rows [row0, row0 + rows) of the last forward; with a cache, their keys and
   // values are the cache's rows, these rows' after the past's.
-  AttentionArgs<Real> attention_args(int64_t layer, int64_t window_blocks,
-                                     const KvCacheT<Real>* cache, int64_t row0, int64_t rows) const;
+  AttentionArgs<Real> attention_args(int64_t layer, const LayerActivations& A,
+                                     int64_t window_blocks, const KvCacheT<Real>* cache,
+                                     int64_t row0, int64_t rows) const;
 
   Config config_;
   Precision precision_;  // of the products; the float64 instantiation ignores it
@@ -251,6 +262,12 @@ class GptT {
   std::vector<int64_t> pos_;  // each token's position in its sequence (RoPE)
   AlignedVector<Real> x0_, rstd0_;
   std::vector<LayerActivations> layers_;
+  // A cached forward keeps no block's activations but its output (nothing differentiates it):
+  // its dense blocks run one after another in this one set, so decoding and scoring touch a
+  // block's worth of memory, not the model's (measured: first-touch page faults of the
+  // per-layer buffers took ~15% of a 100-case fortunes-choice run, docs/ARCHITECTURE.md
+  // "Memory"). MoE blocks keep their own (their routing stays readable per layer).
+  LayerActivations inference_;
   AlignedVector<Real> final_norm_, rstd_final_;
   // Backward scratch.
   AlignedVector<Real> dx_, dx0_, dtmp_, dh_, dqkv_, dattn_, dnorm_;
