@@ -13,6 +13,7 @@
 
 #include "kernels/bf16.hpp"
 #include "kernels/fp8.hpp"
+#include "kernels/matmul.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
@@ -720,6 +721,44 @@ TEST(FusedLinearCrossEntropy, RowBlockKeepsTheWorkspaceBounded) {
             << label;
       }
     }
+  }
+}
+
+// A forward of a packed W takes blocks sized for the cache (kForwardLogitsBytes of logits, at
+// least kMinForwardRowBlock rows), the backward and an unpacked W the bounded default; the
+// per-row losses are the same bits whatever the block (the packed operand fixes the product's
+// blocking, and each row's loss is its own).
+TEST(FusedLinearCrossEntropy, AForwardOfPackedWeightsTakesCacheSizedBlocksWithTheSameBits) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(precision == Precision::kBf16 ? "bf16" : "fp32");
+    const Problem pr = make_problem(700, 64, 8192, 20.0f, 31);
+    FusedLossParams p = pr.params();
+    p.precision = precision;
+    PackedB packed;
+    pack_matmul_b(precision, Trans::kYes, p.d, p.V, p.W, p.d, packed);
+    const int64_t default_rows = fused_linear_cross_entropy_row_block(p);
+    EXPECT_EQ(default_rows, 700) << "unpacked: one block";
+    EXPECT_EQ(fused_linear_cross_entropy_row_block(p, false), 700) << "unpacked forward too";
+    p.W_packed = &packed;
+    EXPECT_EQ(fused_linear_cross_entropy_row_block(p), 700) << "packed, with gradients";
+    // Rows of 8208 floats (and 8208 bf16 gradients in bf16) against 4 MiB: 127 or 85 rows
+    // fit, so the 700 rows split into 6 blocks of 117 or 9 of 78.
+    const int64_t forward_rows = fused_linear_cross_entropy_row_block(p, false);
+    EXPECT_EQ(forward_rows, precision == Precision::kBf16 ? 78 : 117);
+    p.T = 20;
+    EXPECT_EQ(fused_linear_cross_entropy_row_block(p, false), 20) << "never more than T";
+    p.T = 700;
+    p.V = 1 << 20;  // rows of 4 MiB: the minimum holds
+    EXPECT_EQ(fused_linear_cross_entropy_row_block(p, false), kMinForwardRowBlock);
+    p.V = pr.V;
+
+    std::vector<float> blocked(700, kNan), whole(700, kNan);
+    const double blocked_total = fused_linear_cross_entropy_forward(p, blocked.data());
+    p.row_block = 700;
+    const double whole_total = fused_linear_cross_entropy_forward(p, whole.data());
+    EXPECT_EQ(blocked, whole);
+    EXPECT_EQ(blocked_total, whole_total);
+    for (float l : blocked) ASSERT_TRUE(std::isfinite(l) && l > 0.0f);
   }
 }
 

@@ -70,7 +70,7 @@ std::string shape_string(const FusedLossParams& p) {
          ")";
 }
 
-Config resolve(const FusedLossParams& p, bool need_targets) {
+Config resolve(const FusedLossParams& p, bool need_targets, bool gradients = true) {
   const std::string where = "fused linear cross-entropy " + shape_string(p) + ": ";
   if (p.T < 0 || p.d <= 0 || p.V <= 0) {
     throw Error(where + "needs T >= 0, d > 0 and V > 0");
@@ -125,7 +125,7 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
   c.d = p.d;
   c.V = p.V;
   c.ld = workspace_ld(p.V);
-  c.rows = std::max<int64_t>(1, fused_linear_cross_entropy_row_block(p));
+  c.rows = std::max<int64_t>(1, fused_linear_cross_entropy_row_block(p, gradients));
   c.capped = p.softcap > 0.0f;
   // 1/τ as a float, then the cap times it: exactly the cap when τ = 1.
   c.inv_temperature = 1.0f / p.temperature;
@@ -527,7 +527,7 @@ struct Fp8Operands {
 }  // namespace
 
 double fused_linear_cross_entropy_forward(const FusedLossParams& p, float* per_token) {
-  const Config c = resolve(p, true);
+  const Config c = resolve(p, true, false);
   if (c.T == 0) return 0.0;
   FusedHead head(c, p);
   return head.run(per_token, nullptr, nullptr);
@@ -621,11 +621,15 @@ int64_t fused_linear_cross_entropy_workspace_bound(const FusedLossParams& p) {
   return std::clamp(wanted, kMaxLogitsWorkspaceBytes, kMaxRaisedWorkspaceBytes);
 }
 
-int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p) {
+int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p, bool gradients) {
   if (p.T <= 0 || p.V <= 0) return 0;
   if (p.row_block > 0) return std::min(p.row_block, p.T);
-  const int64_t max_rows = std::max<int64_t>(1, fused_linear_cross_entropy_workspace_bound(p) /
-                                                    (workspace_ld(p.V) * row_bytes_per_value(p)));
+  const int64_t row_bytes = workspace_ld(p.V) * row_bytes_per_value(p);
+  int64_t max_rows =
+      std::max<int64_t>(1, fused_linear_cross_entropy_workspace_bound(p) / row_bytes);
+  if (!gradients && p.W_packed != nullptr && !p.fp8) {
+    max_rows = std::min(max_rows, std::max(kMinForwardRowBlock, kForwardLogitsBytes / row_bytes));
+  }
   // The fewest blocks that fit, of equal size (to a row): T = 512 with room for 166 rows is
   // four blocks of 128, not three of 166 and one of 14.
   const int64_t blocks = (p.T + max_rows - 1) / max_rows;
