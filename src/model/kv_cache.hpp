@@ -19,20 +19,26 @@ namespace nanogpt {
 template <class Real>
 class KvCacheT {
  public:
-  // Room for `capacity` positions; K/V rows of H_kv·D per attention layer.
+  // Room for `capacity` positions; K/V rows of H_kv·D per attention layer, all in one block
+  // left uninitialized: a forward writes every row before attention reads it (it reads rows
+  // below length() + the rows being stored, attention_forward.cpp), so only the positions a
+  // sequence reaches are ever touched. Zero-filling the whole capacity first cost a page fault
+  // per 4 KiB of it: ~9% of a 100-case fortunes-choice run, whose per-choice caches are mostly
+  // room to spare.
   KvCacheT(const Config& config, int64_t capacity)
       : capacity_(capacity), width_(qkv_shape(config).kv_width()) {
     if (capacity < 1) {
       throw InputError("a K/V cache needs room for at least one token (asked for " +
                        std::to_string(capacity) + ")");
     }
-    k_.resize(static_cast<size_t>(config.num_layers));
-    v_.resize(static_cast<size_t>(config.num_layers));
+    const int64_t rows = capacity * width_;
+    int64_t layers = 0;
+    offset_.assign(static_cast<size_t>(config.num_layers), -1);
     for (int64_t i = 0; i < config.num_layers; ++i) {
-      if (!config.has_attention(i)) continue;
-      k_[static_cast<size_t>(i)].assign(static_cast<size_t>(capacity * width_), Real(0));
-      v_[static_cast<size_t>(i)].assign(static_cast<size_t>(capacity * width_), Real(0));
+      if (config.has_attention(i)) offset_[static_cast<size_t>(i)] = 2 * rows * layers++;
     }
+    bytes_ = 2 * rows * layers * static_cast<int64_t>(sizeof(Real));
+    storage_.reserve(static_cast<size_t>(bytes_));
     doc_.assign(static_cast<size_t>(capacity), 0);
   }
 
@@ -40,22 +46,22 @@ class KvCacheT {
   int64_t capacity() const { return capacity_; }  // positions it can hold
   int64_t width() const { return width_; }        // elements of one K (or V) row
   // Bytes of keys and values held for the full capacity (what grouped-query attention shrinks).
-  int64_t bytes() const {
-    int64_t n = 0;
-    for (const auto& k : k_) n += 2 * static_cast<int64_t>(k.size() * sizeof(Real));
-    return n;
-  }
+  int64_t bytes() const { return bytes_; }
 
-  // Layer `layer`'s keys and values, [capacity, width] rows; the document of each position.
-  const Real* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].data(); }
-  const Real* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].data(); }
+  // Layer `layer`'s keys and values, [capacity, width] rows (null for a layer without
+  // attention); the document of each position.
+  const Real* k(int64_t layer) const { return block(layer); }
+  const Real* v(int64_t layer) const {
+    const Real* b = block(layer);
+    return b == nullptr ? nullptr : b + capacity_ * width_;
+  }
   const int32_t* doc() const { return doc_.data(); }
   int32_t* doc() { return doc_.data(); }
 
   // Copies T rows of keys and values (row strides ld) to positions [length, length + T).
   void store(int64_t layer, int64_t T, const Real* k, const Real* v, int64_t ld) {
-    Real* kc = k_[static_cast<size_t>(layer)].data() + length_ * width_;
-    Real* vc = v_[static_cast<size_t>(layer)].data() + length_ * width_;
+    Real* kc = block(layer) + length_ * width_;
+    Real* vc = kc + capacity_ * width_;
     for (int64_t t = 0; t < T; ++t) {
       std::memcpy(kc + t * width_, k + t * ld, static_cast<size_t>(width_) * sizeof(Real));
       std::memcpy(vc + t * width_, v + t * ld, static_cast<size_t>(width_) * sizeof(Real));
@@ -69,26 +75,39 @@ class KvCacheT {
   // (only those: a branch of a short prompt costs its length, not the capacity), into storage
   // that must fit them and rows of the same width.
   void copy_from(const KvCacheT& src) {
-    if (src.width_ != width_ || src.length_ > capacity_ || src.k_.size() != k_.size()) {
+    bool same_layers = src.offset_.size() == offset_.size();
+    for (size_t i = 0; same_layers && i < offset_.size(); ++i) {
+      same_layers = (src.offset_[i] < 0) == (offset_[i] < 0);
+    }
+    if (src.width_ != width_ || src.length_ > capacity_ || !same_layers) {
       throw InputError("a K/V cache of " + std::to_string(src.length_) + " positions of width " +
                        std::to_string(src.width_) + " does not fit one of " +
                        std::to_string(capacity_) + " positions of width " + std::to_string(width_) +
                        " (caches of another model, or too small)");
     }
     const size_t n = static_cast<size_t>(src.length_ * width_);
-    for (size_t i = 0; i < k_.size(); ++i) {
-      if (k_[i].empty()) continue;
-      std::memcpy(k_[i].data(), src.k_[i].data(), n * sizeof(Real));
-      std::memcpy(v_[i].data(), src.v_[i].data(), n * sizeof(Real));
+    for (size_t i = 0; i < offset_.size(); ++i) {
+      const auto layer = static_cast<int64_t>(i);
+      if (offset_[i] < 0) continue;
+      std::memcpy(block(layer), src.k(layer), n * sizeof(Real));
+      std::memcpy(block(layer) + capacity_ * width_, src.v(layer), n * sizeof(Real));
     }
     std::memcpy(doc_.data(), src.doc_.data(), static_cast<size_t>(src.length_) * sizeof(int32_t));
     length_ = src.length_;
   }
 
  private:
+  // Layer `layer`'s block: its keys, then its values.
+  Real* block(int64_t layer) const {
+    const int64_t offset = offset_[static_cast<size_t>(layer)];
+    return offset < 0 ? nullptr : reinterpret_cast<Real*>(storage_.data()) + offset;
+  }
+
   int64_t capacity_, width_;
   int64_t length_ = 0;
-  std::vector<AlignedVector<Real>> k_, v_;
+  int64_t bytes_ = 0;
+  std::vector<int64_t> offset_;  // per layer: its block's first element, -1 without attention
+  AlignedBuffer storage_;
   std::vector<int32_t> doc_;
 };
 
