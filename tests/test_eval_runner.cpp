@@ -27,6 +27,7 @@
 #include "eval/model_scorer.hpp"
 #include "eval/suite_runner.hpp"
 #include "model/decoder.hpp"
+#include "model/kv_cache.hpp"
 #include "runtime/error.hpp"
 #include "support/micro_tokenizer.hpp"
 #include "support/model.hpp"
@@ -133,6 +134,34 @@ TEST(EvalScorer, BatchedChoiceCasesEqualEachCaseAlone) {
     }
   }
   std::printf("choice batch: worst relative difference from each case alone %.2e\n", worst);
+}
+
+// A call's caches are carved out of one arena: each choice's cache holds its prefix (EOT and
+// the context but its last token) and its continuation, no more; a smaller call reuses the
+// arena without growing it.
+TEST(EvalScorer, ChoiceCachesTakeWhatEachChoiceNeedsFromOneArena) {
+  const BpeTokenizer tok = micro_tokenizer();
+  auto model = micro_model();
+  ModelScorer scorer(*model, kWindow);
+  EXPECT_EQ(scorer.cache_bytes(), 0u);
+  const std::vector<uint32_t> a = ids(tok, "the cat sat on the mat and"),
+                              b = ids(tok, "a much longer context, one that goes on and on, says");
+  const std::vector<std::vector<uint32_t>> ca = {ids(tok, " purred"), ids(tok, " left at once")},
+                                           cb = {ids(tok, " yes"), ids(tok, " no"),
+                                                 ids(tok, " something else entirely")};
+  const std::vector<ChoiceRequest> requests = {{a, ca}, {b, cb}};
+  scorer.continuation_logprobs(requests);
+  int64_t expected = 0;
+  for (const ChoiceRequest& r : requests) {
+    for (const auto& cont : r.continuations) {
+      // EOT + context but its last, then [last context token, continuation but its last].
+      expected += KvCache::storage_bytes(model->config(),
+                                         static_cast<int64_t>(r.context.size() + cont.size()));
+    }
+  }
+  EXPECT_EQ(scorer.cache_bytes(), static_cast<size_t>(expected));
+  scorer.continuation_logprobs(a, ca);
+  EXPECT_EQ(scorer.cache_bytes(), static_cast<size_t>(expected)) << "reused, not grown";
 }
 
 TEST(EvalScorer, BatchedSamplesEqualTheDecoderLoopPerSample) {

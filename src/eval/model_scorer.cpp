@@ -11,14 +11,17 @@ namespace nanogpt {
 ModelScorer::ModelScorer(Gpt& model, int64_t window_blocks)
     : model_(model), window_blocks_(window_blocks) {}
 
-KvCache& ModelScorer::cache(size_t slot, int64_t positions) {
-  if (caches_.size() <= slot) caches_.resize(slot + 1);
-  std::unique_ptr<KvCache>& c = caches_[slot];
-  if (c == nullptr || c->capacity() < positions) {
-    c = std::make_unique<KvCache>(model_.config(), (positions + 63) / 64 * 64);
+void ModelScorer::make_caches(std::span<const int64_t> positions) {
+  const Config& c = model_.config();
+  int64_t total = 0;
+  for (int64_t n : positions) total += KvCache::storage_bytes(c, n);
+  caches_.clear();
+  caches_.reserve(positions.size());
+  auto* next = static_cast<std::byte*>(arena_.reserve(static_cast<size_t>(total)));
+  for (int64_t n : positions) {
+    caches_.emplace_back(c, n, next);
+    next += KvCache::storage_bytes(c, n);
   }
-  c->clear();
-  return *c;
 }
 
 std::vector<float> ModelScorer::head_logprobs(const float* rows, std::span<const int32_t> targets) {
@@ -68,7 +71,9 @@ double ModelScorer::text_logprob(std::span<const uint32_t> tokens) {
     targets.push_back(static_cast<int32_t>(tokens[i]));
     if (i + 1 < tokens.size()) inputs.push_back(static_cast<int32_t>(tokens[i]));
   }
-  model_.forward_cached(inputs, window_blocks_, cache(0, static_cast<int64_t>(inputs.size())));
+  const int64_t positions = static_cast<int64_t>(inputs.size());
+  make_caches(std::span<const int64_t>(&positions, 1));
+  model_.forward_cached(inputs, window_blocks_, caches_[0]);
   double sum = 0;
   for (float l : head_logprobs(model_.final_norm().data(), targets)) sum += l;
   return sum;
@@ -95,22 +100,22 @@ std::vector<std::vector<double>> ModelScorer::continuation_logprobs(
   // into the cache of its first choice (slots: the requests' choices in order).
   std::vector<std::vector<int32_t>> prefixes(requests.size());
   std::vector<size_t> first_slot(requests.size());
-  std::vector<CachedSegment> segments;
-  size_t slots = 0;
+  std::vector<int64_t> positions;  // per slot: its prefix and continuation
   for (size_t i = 0; i < requests.size(); ++i) {
     const ChoiceRequest& r = requests[i];
-    first_slot[i] = slots;
-    slots += r.continuations.size();
-    if (r.continuations.empty()) continue;
+    first_slot[i] = positions.size();
     std::vector<int32_t>& prefix = prefixes[i];
     prefix.push_back(static_cast<int32_t>(c.eot_id));
     for (size_t j = 0; j + 1 < r.context.size(); ++j)
       prefix.push_back(static_cast<int32_t>(r.context[j]));
-    size_t longest = 0;
-    for (const auto& cont : r.continuations) longest = std::max(longest, cont.size());
-    const int64_t positions = static_cast<int64_t>(prefix.size() + longest);
-    for (size_t j = 0; j < r.continuations.size(); ++j) cache(first_slot[i] + j, positions);
-    segments.push_back({prefix, caches_[first_slot[i]].get()});
+    for (const auto& cont : r.continuations)
+      positions.push_back(static_cast<int64_t>(prefix.size() + cont.size()));
+  }
+  make_caches(positions);
+  std::vector<CachedSegment> segments;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].continuations.empty()) continue;
+    segments.push_back({prefixes[i], &caches_[first_slot[i]]});
   }
   std::vector<std::vector<double>> out(requests.size());
   if (segments.empty()) return out;
@@ -118,21 +123,21 @@ std::vector<std::vector<double>> ModelScorer::continuation_logprobs(
   // Every choice from a copy of its prefix, all choices of all requests in one forward; their
   // final-norm rows are the head's input in order, and the head runs once over all of them:
   // its product packs the whole vocabulary's weights per call.
-  std::vector<std::vector<int32_t>> inputs(slots);
+  std::vector<std::vector<int32_t>> inputs(positions.size());
   std::vector<int32_t> targets;
   segments.clear();
   for (size_t i = 0; i < requests.size(); ++i) {
     const ChoiceRequest& r = requests[i];
     for (size_t j = 0; j < r.continuations.size(); ++j) {
       const size_t slot = first_slot[i] + j;
-      if (j > 0) caches_[slot]->copy_from(*caches_[first_slot[i]]);
+      if (j > 0) caches_[slot].copy_from(caches_[first_slot[i]]);
       const std::vector<uint32_t>& cont = r.continuations[j];
       inputs[slot].assign(1, static_cast<int32_t>(r.context.back()));
       for (size_t k = 0; k < cont.size(); ++k) {
         targets.push_back(static_cast<int32_t>(cont[k]));
         if (k + 1 < cont.size()) inputs[slot].push_back(static_cast<int32_t>(cont[k]));
       }
-      segments.push_back({inputs[slot], caches_[slot].get()});
+      segments.push_back({inputs[slot], &caches_[slot]});
     }
   }
   model_.forward_cached_batch(segments, window_blocks_);
@@ -159,27 +164,26 @@ std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
   };
   std::vector<std::vector<int32_t>> prompts(requests.size());
   std::vector<size_t> first_slot(requests.size());
-  std::vector<CachedSegment> segments;
-  std::vector<size_t> prompted;  // requests with samples to draw, in segment order
-  size_t slots = 0;
+  std::vector<int64_t> positions;  // per slot (sample): its prompt and max_tokens
+  std::vector<size_t> prompted;    // requests with samples to draw, in segment order
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerateRequest& r = requests[i];
     if (r.rngs == nullptr) throw InputError("a generate request needs its samples' generators");
     check_ids(r.prompt, c, "the prompt");
     const size_t n = r.rngs->size();
     out[i].resize(n);
-    first_slot[i] = slots;
+    first_slot[i] = positions.size();
     if (n == 0 || r.max_tokens <= 0) continue;
-    slots += n;
     std::vector<int32_t>& ids = prompts[i];
     ids.push_back(static_cast<int32_t>(c.eot_id));
     for (uint32_t t : r.prompt) ids.push_back(static_cast<int32_t>(t));
-    const int64_t positions = static_cast<int64_t>(ids.size()) + r.max_tokens;
-    for (size_t s = 0; s < n; ++s) cache(first_slot[i] + s, positions);
-    segments.push_back({ids, caches_[first_slot[i]].get()});
+    positions.insert(positions.end(), n, static_cast<int64_t>(ids.size()) + r.max_tokens);
     prompted.push_back(i);
   }
-  if (segments.empty()) return out;
+  if (prompted.empty()) return out;
+  make_caches(positions);
+  std::vector<CachedSegment> segments;
+  for (size_t i : prompted) segments.push_back({prompts[i], &caches_[first_slot[i]]});
   // All prompts in one forward, into the caches of their first samples; the logits of each
   // prompt's last row start all of its samples.
   model_.forward_cached_batch(segments, window_blocks_);
@@ -192,7 +196,7 @@ std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
   std::vector<Running> running;
   for (size_t i : prompted) {
     for (size_t s = 0; s < requests[i].rngs->size(); ++s) {
-      if (s > 0) caches_[first_slot[i] + s]->copy_from(*caches_[first_slot[i]]);
+      if (s > 0) caches_[first_slot[i] + s].copy_from(caches_[first_slot[i]]);
       running.push_back({i, s, first_slot[i] + s});
     }
   }
@@ -240,7 +244,7 @@ std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
     if (running.empty()) break;
     segments.clear();
     for (const Running& u : running)
-      segments.push_back({std::span<const int32_t>(&u.next, 1), caches_[u.slot].get()});
+      segments.push_back({std::span<const int32_t>(&u.next, 1), &caches_[u.slot]});
     model_.forward_cached_batch(segments, window_blocks_);
     forward_rows_logits(model_, 0, static_cast<int64_t>(running.size()), logits_);
   }

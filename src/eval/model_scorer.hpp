@@ -32,7 +32,9 @@
 #include <vector>
 
 #include "model/gpt.hpp"
+#include "model/kv_cache.hpp"
 #include "model/sampling.hpp"
+#include "runtime/aligned_memory.hpp"
 #include "runtime/random.hpp"
 
 namespace nanogpt {
@@ -76,6 +78,9 @@ class ModelScorer {
   // The same for several cases in one batch: per request, per continuation.
   std::vector<std::vector<double>> continuation_logprobs(std::span<const ChoiceRequest> requests);
 
+  // Bytes the K/V caches' arena holds: the largest call's caches so far.
+  size_t cache_bytes() const { return arena_.capacity(); }
+
   // Per request, its samples (see GenerateRequest), all requests decoded together.
   std::vector<std::vector<GeneratedSample>> generate(std::span<const GenerateRequest> requests);
 
@@ -89,13 +94,15 @@ class ModelScorer {
   }
 
  private:
-  // Caches are kept between calls (slot i for the i-th sequence of a batch) and refilled in
-  // place (clear, copy_from): a cache allocated per case (or per choice) costs a page fault per
-  // 4 KiB on every call (glibc maps blocks this large afresh and unmaps them when freed), which
-  // measured ~40% of fortunes-choice's time. A slot's capacity only grows (in steps of 64
-  // positions).
-  KvCache& cache(size_t slot, int64_t positions);
-  std::vector<std::unique_ptr<KvCache>> caches_;
+  // The K/V caches of a call, slot i for its i-th sequence, each of the positions that
+  // sequence needs: views carved end to end out of arena_, which is kept between calls and
+  // grows to the largest call's. A cache allocated per case (or per choice) cost a page fault
+  // per 4 KiB on every call (glibc maps blocks this large afresh and unmaps them when freed,
+  // measured ~40% of fortunes-choice's time), and caches kept per slot each grew to the most
+  // that slot ever needed, which the arena, sized by a call's sum, does not.
+  void make_caches(std::span<const int64_t> positions);
+  std::vector<KvCache> caches_;
+  AlignedBuffer arena_;
 
   // The head's log-likelihoods of `targets`, one per final-norm row of `rows` ([T, d]).
   std::vector<float> head_logprobs(const float* rows, std::span<const int32_t> targets);

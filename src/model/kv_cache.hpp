@@ -4,6 +4,7 @@
 // and rotation, values after the value-embedding mix, exactly as attention reads them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -25,7 +26,11 @@ class KvCacheT {
   // sequence reaches are ever touched. Zero-filling the whole capacity first cost a page fault
   // per 4 KiB of it: ~9% of a 100-case fortunes-choice run, whose per-choice caches are mostly
   // room to spare.
-  KvCacheT(const Config& config, int64_t capacity)
+  KvCacheT(const Config& config, int64_t capacity) : KvCacheT(config, capacity, nullptr) {}
+  // The same over `storage` (storage_bytes(config, capacity) bytes, 64-byte aligned), which
+  // the caller owns and keeps alive as long as the cache: ModelScorer carves all caches of a
+  // call out of one arena it reuses.
+  KvCacheT(const Config& config, int64_t capacity, std::byte* storage)
       : capacity_(capacity), width_(qkv_shape(config).kv_width()) {
     if (capacity < 1) {
       throw InputError("a K/V cache needs room for at least one token (asked for " +
@@ -38,8 +43,20 @@ class KvCacheT {
       if (config.has_attention(i)) offset_[static_cast<size_t>(i)] = 2 * rows * layers++;
     }
     bytes_ = 2 * rows * layers * static_cast<int64_t>(sizeof(Real));
-    storage_.reserve(static_cast<size_t>(bytes_));
+    base_ = reinterpret_cast<Real*>(
+        storage != nullptr ? storage
+                           : static_cast<std::byte*>(own_.reserve(static_cast<size_t>(bytes_))));
     doc_.assign(static_cast<size_t>(capacity), 0);
+  }
+  // Bytes of keys and values a cache of `capacity` positions holds, rounded up to whole cache
+  // lines (so caches placed end to end in one arena each start on one).
+  static int64_t storage_bytes(const Config& config, int64_t capacity) {
+    int64_t layers = 0;
+    for (int64_t i = 0; i < config.num_layers; ++i) layers += config.has_attention(i) ? 1 : 0;
+    const int64_t bytes =
+        2 * capacity * qkv_shape(config).kv_width() * layers * static_cast<int64_t>(sizeof(Real));
+    const auto line = static_cast<int64_t>(kCacheLine);
+    return (bytes + line - 1) / line * line;
   }
 
   int64_t length() const { return length_; }      // positions cached
@@ -100,14 +117,15 @@ class KvCacheT {
   // Layer `layer`'s block: its keys, then its values.
   Real* block(int64_t layer) const {
     const int64_t offset = offset_[static_cast<size_t>(layer)];
-    return offset < 0 ? nullptr : reinterpret_cast<Real*>(storage_.data()) + offset;
+    return offset < 0 ? nullptr : base_ + offset;
   }
 
   int64_t capacity_, width_;
   int64_t length_ = 0;
   int64_t bytes_ = 0;
   std::vector<int64_t> offset_;  // per layer: its block's first element, -1 without attention
-  AlignedBuffer storage_;
+  AlignedBuffer own_;            // the storage, unless the caller's
+  Real* base_ = nullptr;         // own_'s or the caller's
   std::vector<int32_t> doc_;
 };
 

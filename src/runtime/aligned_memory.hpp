@@ -49,6 +49,7 @@ class AlignedBuffer {
   }
   std::byte* data() const { return ptr_.get(); }
   float* floats() const { return reinterpret_cast<float*>(ptr_.get()); }
+  std::size_t capacity() const { return capacity_; }
 
  private:
   struct Free {
