@@ -24,6 +24,19 @@ void ModelScorer::make_caches(std::span<const int64_t> positions) {
   }
 }
 
+void ModelScorer::copy_prefixes(std::span<const size_t> first_slot) {
+  // Slot k belongs to the last request whose first slot is at or before it.
+  std::vector<size_t> source(caches_.size());
+  size_t r = 0;
+  for (size_t k = 0; k < caches_.size(); ++k) {
+    while (r + 1 < first_slot.size() && first_slot[r + 1] <= k) ++r;
+    source[k] = first_slot[r];
+  }
+  ThreadPool::current().parallel_for(caches_.size(), [&](size_t k, int) {
+    if (source[k] != k) caches_[k].copy_from(caches_[source[k]]);
+  });
+}
+
 std::vector<float> ModelScorer::head_logprobs(const float* rows, std::span<const int32_t> targets) {
   const Config& c = model_.config();
   // The head as forward_loss runs it (gpt.cpp's loss_params): the same fused kernel, so a
@@ -126,11 +139,11 @@ std::vector<std::vector<double>> ModelScorer::continuation_logprobs(
   std::vector<std::vector<int32_t>> inputs(positions.size());
   std::vector<int32_t> targets;
   segments.clear();
+  copy_prefixes(first_slot);
   for (size_t i = 0; i < requests.size(); ++i) {
     const ChoiceRequest& r = requests[i];
     for (size_t j = 0; j < r.continuations.size(); ++j) {
       const size_t slot = first_slot[i] + j;
-      if (j > 0) caches_[slot].copy_from(caches_[first_slot[i]]);
       const std::vector<uint32_t>& cont = r.continuations[j];
       inputs[slot].assign(1, static_cast<int32_t>(r.context.back()));
       for (size_t k = 0; k < cont.size(); ++k) {
@@ -193,10 +206,10 @@ std::vector<std::vector<GeneratedSample>> ModelScorer::generate(
     row += static_cast<int64_t>(prompts[i].size());
     forward_row_logits(model_, row - 1, prompt_logits[i]);
   }
+  copy_prefixes(first_slot);
   std::vector<Running> running;
   for (size_t i : prompted) {
     for (size_t s = 0; s < requests[i].rngs->size(); ++s) {
-      if (s > 0) caches_[first_slot[i] + s].copy_from(caches_[first_slot[i]]);
       running.push_back({i, s, first_slot[i] + s});
     }
   }

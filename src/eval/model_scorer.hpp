@@ -101,6 +101,10 @@ class ModelScorer {
   // measured ~40% of fortunes-choice's time), and caches kept per slot each grew to the most
   // that slot ever needed, which the arena, sized by a call's sum, does not.
   void make_caches(std::span<const int64_t> positions);
+  // Every slot after a request's first (first_slot: each request's, in order) gets a copy of
+  // that first slot's cache: the prefix its request's sequences share. On the pool: the copies
+  // are most of their cost in first touches of the arena's pages.
+  void copy_prefixes(std::span<const size_t> first_slot);
   std::vector<KvCache> caches_;
   AlignedBuffer arena_;
 

@@ -364,7 +364,13 @@ void GptT<Real>::compute_positions(int64_t seq_len, bool cached) {
 template <class Real>
 void GptT<Real>::cached_attention(int64_t layer, LayerActivations& A, int64_t window_blocks) {
   const QkvShape s = qkv_shape(config_);
+  // Per segment: its keys and values join its cache (copied where the segment's task runs,
+  // so the copies and their first touch of the cache's pages are spread over the pool too),
+  // then its queries read that cache. lse is [H, rows] per segment here (inference never
+  // reads it).
   auto attend = [&](const Segment& g) {
+    const Real* row = A.qkv.data() + g.row0 * s.row();
+    g.cache->store(layer, g.rows, row + s.q_width(), row + s.q_width() + s.kv_width(), s.row());
     model_attention_forward(attention_args(layer, A, window_blocks, g.cache, g.row0, g.rows),
                             A.attn_out.data() + g.row0 * s.q_width(), A.lse.data() + g.row0 * s.Hq);
   };
@@ -511,13 +517,6 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                                    w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(),
                                    A.rstd_qk.data(), A.qkv.data());
       if (cached) {
-        // Per segment: its keys and values join its cache, its queries read that cache. lse
-        // is [H, rows] per segment here (inference never reads it).
-        for (const Segment& g : segments_) {
-          const Real* row = A.qkv.data() + g.row0 * qkv.row();
-          g.cache->store(i, g.rows, row + qkv.q_width(), row + qkv.q_width() + qkv.kv_width(),
-                         qkv.row());
-        }
         cached_attention(i, A, window_blocks);
       } else {
         model_attention_forward(attention_args(i, A, window_blocks, nullptr, 0, T),
