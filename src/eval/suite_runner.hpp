@@ -1,7 +1,7 @@
 // Running a suite on a model (issue 17, item 5): each case tokenized, scored by ModelScorer
 // (model_scorer.hpp), judged by its evaluators, recorded in an EvalReport with summaries.
 //
-// Batches: consecutive choice cases (up to 16) or generate cases (up to 64, 256 samples in all)
+// Batches: consecutive choice cases (up to 8) or generate cases (up to 64, 256 samples in all)
 // are scored by one scorer call, their sequences side by side in the model's batched cached
 // forward (model_scorer.hpp); a batch also stops at 256 MiB of K/V caches. The batches depend on
 // the suite alone, and a case's duration is its share of its batch's time.
