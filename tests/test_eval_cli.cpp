@@ -4,14 +4,13 @@
 // cases become a regression suite, and bad input is an error naming what is wrong.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "config/config.hpp"
 #include "eval/eval_report.hpp"
 #include "eval/suite.hpp"
 #include "runtime/file_io.hpp"
 #include "support/fixtures.hpp"
+#include "support/micro_cli_checkpoint.hpp"
 #include "support/model.hpp"
 
 namespace nanogpt {
@@ -29,27 +28,7 @@ TEST(EvalCli, RunCompareAndAddFailuresOnAMicroCheckpoint) {
     corpus += "fortune number " + std::to_string(i) + " says hello to the " +
               (i % 3 == 0 ? "cat" : "dog") + " and then goes home.\n%\n";
   }
-  write_file_atomic(d + "/f.txt", corpus);
-  std::filesystem::create_directories(d + "/data");
-  // Without the chat tokens, so <|endoftext|> is 299 as in micro_config.
-  ASSERT_EQ(run_nanogpt("tokenizer train --input " + d +
-                        "/f.txt --doc-separator % --vocab-size 300 --no-chat-tokens --output " + d +
-                        "/data/tokenizer.json")
-                .exit_code,
-            0);
-  auto tokenized =
-      run_nanogpt("tokenize --tokenizer " + d + "/data/tokenizer.json --input " + d +
-                  "/f.txt --doc-separator % --val-docs 20 --output-dir " + d + "/data/shards");
-  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.err;
-  Config c = micro_config();
-  c.num_iterations = 2;
-  c.val_loss_every = 0;
-  c.precision = PrecisionSetting::kFp32;
-  write_file_atomic(d + "/micro.json", config_to_json(c).dump());
-  auto train = run_nanogpt("train --config " + d + "/micro.json --train '" + d +
-                           "/data/shards/train_*.bin' --val '" + d +
-                           "/data/shards/val_*.bin' --out " + d + "/run");
-  ASSERT_EQ(train.exit_code, 0) << train.err;
+  ASSERT_NO_FATAL_FAILURE(make_micro_cli_checkpoint(d, corpus));
 
   // Built-in suites from the held-out documents.
   auto bpb = run_nanogpt("evals make-suite --builtin fortunes-bpb --cases 6 --data " + d +

@@ -32,6 +32,7 @@
 #include "support/fixtures.hpp"
 #include "support/input_error.hpp"
 #include "support/json_schema.hpp"
+#include "support/micro_cli_checkpoint.hpp"
 #include "support/micro_tokenizer.hpp"
 #include "support/model.hpp"
 #include "train/attention_window.hpp"
@@ -806,26 +807,8 @@ TEST(RubricCli, JudgeCheckpointJudgesTheJudgeCriteria) {
     corpus +=
         "Question: is fortune " + std::to_string(i) + " kind? Answer: Yes, it says hello.\n%\n";
   }
-  write_file_atomic(d + "/f.txt", corpus);
   // A base model judges (no chat format): the tokenizer keeps micro_config's EOT at 299.
-  ASSERT_EQ(run_nanogpt("tokenizer train --input " + d +
-                        "/f.txt --doc-separator % --vocab-size 300 --no-chat-tokens --output " + d +
-                        "/tok.json")
-                .exit_code,
-            0);
-  auto tokenized =
-      run_nanogpt("tokenize --tokenizer " + d + "/tok.json --input " + d +
-                  "/f.txt --doc-separator % --val-docs 20 --output-dir " + d + "/shards");
-  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.err;
-  Config c = micro_config();
-  c.num_iterations = 2;
-  c.val_loss_every = 0;
-  c.precision = PrecisionSetting::kFp32;
-  write_file_atomic(d + "/micro.json", config_to_json(c).dump());
-  auto train =
-      run_nanogpt("train --config " + d + "/micro.json --train '" + d +
-                  "/shards/train_*.bin' --val '" + d + "/shards/val_*.bin' --out " + d + "/run");
-  ASSERT_EQ(train.exit_code, 0) << train.err;
+  ASSERT_NO_FATAL_FAILURE(make_micro_cli_checkpoint(d, corpus));
   write_file_atomic(d + "/r.jsonl",
                     "{\"prompt\": \"add\", \"response\": \" 42\"}\n"
                     "{\"prompt\": \"greet\", \"response\": \"Hello, world!\"}\n");
@@ -842,7 +825,7 @@ TEST(RubricCli, JudgeCheckpointJudgesTheJudgeCriteria) {
   const std::string ckpt = require_checkpoint(d + "/run");
   Gpt model(read_checkpoint_config(ckpt));
   load_model_weights(model, ckpt);
-  const BpeTokenizer tok = BpeTokenizer::load(d + "/tok.json");
+  const BpeTokenizer tok = BpeTokenizer::load(d + "/data/tokenizer.json");
   ModelScorer scorer(model, attention_window_at(model.config(), model.config().num_iterations));
   ModelJudge judge(scorer, tok);
   const Rubric r = load_rubric(rubric);
