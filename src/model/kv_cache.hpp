@@ -14,6 +14,7 @@
 #include "model/qkv_shape.hpp"
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
+#include "runtime/integer_math.hpp"
 
 namespace nanogpt {
 
@@ -24,8 +25,8 @@ class KvCacheT {
   // left uninitialized: a forward writes every row before attention reads it (it reads rows
   // below length() + the rows being stored, attention_forward.cpp), so only the positions a
   // sequence reaches are ever touched. Zero-filling the whole capacity first cost a page fault
-  // per 4 KiB of it: ~9% of a 100-case fortunes-choice run, whose per-choice caches are mostly
-  // room to spare.
+  // per 4 KiB of it: ~7% of a 100-case fortunes-choice run's calling thread (perf), whose
+  // per-choice caches were mostly room to spare.
   KvCacheT(const Config& config, int64_t capacity) : KvCacheT(config, capacity, nullptr) {}
   // The same over `storage` (storage_bytes(config, capacity) bytes, 64-byte aligned), which
   // the caller owns and keeps alive as long as the cache: ModelScorer carves all caches of a
@@ -42,7 +43,7 @@ class KvCacheT {
     for (int64_t i = 0; i < config.num_layers; ++i) {
       if (config.has_attention(i)) offset_[static_cast<size_t>(i)] = 2 * rows * layers++;
     }
-    bytes_ = 2 * rows * layers * static_cast<int64_t>(sizeof(Real));
+    bytes_ = key_value_bytes(config, capacity);
     base_ = reinterpret_cast<Real*>(
         storage != nullptr ? storage
                            : static_cast<std::byte*>(own_.reserve(static_cast<size_t>(bytes_))));
@@ -51,12 +52,7 @@ class KvCacheT {
   // Bytes of keys and values a cache of `capacity` positions holds, rounded up to whole cache
   // lines (so caches placed end to end in one arena each start on one).
   static int64_t storage_bytes(const Config& config, int64_t capacity) {
-    int64_t layers = 0;
-    for (int64_t i = 0; i < config.num_layers; ++i) layers += config.has_attention(i) ? 1 : 0;
-    const int64_t bytes =
-        2 * capacity * qkv_shape(config).kv_width() * layers * static_cast<int64_t>(sizeof(Real));
-    const auto line = static_cast<int64_t>(kCacheLine);
-    return (bytes + line - 1) / line * line;
+    return round_up(key_value_bytes(config, capacity), static_cast<int64_t>(kCacheLine));
   }
 
   int64_t length() const { return length_; }      // positions cached
@@ -114,6 +110,13 @@ class KvCacheT {
   }
 
  private:
+  // A key and a value row per position and attention layer.
+  static int64_t key_value_bytes(const Config& config, int64_t capacity) {
+    int64_t layers = 0;
+    for (int64_t i = 0; i < config.num_layers; ++i) layers += config.has_attention(i) ? 1 : 0;
+    return 2 * capacity * qkv_shape(config).kv_width() * layers *
+           static_cast<int64_t>(sizeof(Real));
+  }
   // Layer `layer`'s block: its keys, then its values.
   Real* block(int64_t layer) const {
     const int64_t offset = offset_[static_cast<size_t>(layer)];
