@@ -63,8 +63,9 @@ int64_t samples_of(const SuiteCase& c, const SuiteRunOptions& o) {
 // Measured on fortunes-choice and a 4-sample addition suite (2 cores): 8 and 16 choice cases
 // alike, 32 slower (activations leave the cache); 256 generate rows ~5% faster than 64 (each
 // step's products pack their weights once for more rows). Since a cached forward keeps one
-// block's activations (AMD EPYC Zen 5, 100 cases, min of 7 runs): 4, 8 and 12 choice cases
-// 0.54–0.57 s, 16 0.57, 32 0.60–0.61.
+// block's activations (AMD EPYC Zen 5, 100 cases, best of 7 runs per round, two rounds each):
+// 4 cases 0.54–0.55 s, 8 0.54–0.56 (one noisy round 0.61), 12 0.55–0.57, 16 0.57–0.58, 32
+// 0.60–0.61.
 constexpr size_t kChoiceCases = 8, kGenerateCases = 64;
 constexpr int64_t kGenerateRows = 256;
 constexpr int64_t kCacheBytes = int64_t{256} << 20;
