@@ -51,7 +51,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools", "golden"))
 sys.path.insert(0, HERE)
-from pytorch_train_step import choose_omp_wait_policy  # noqa: E402
+from pytorch_train_step import choose_omp_wait_policy, use_openblas_widest_core  # noqa: E402
 from safetensors_io import load_file  # noqa: E402
 
 torch = F = None  # imported in main(), after OMP_WAIT_POLICY is chosen
@@ -316,6 +316,7 @@ def main():
         os.environ.pop("OMP_WAIT_POLICY", None)
     else:
         os.environ["OMP_WAIT_POLICY"] = policy
+    openblas_core = use_openblas_widest_core()
     global torch, F
     import torch as torch_module
     import torch.nn.functional as functional
@@ -428,7 +429,8 @@ def main():
         "fp32_max_abs_logprob_difference": check32[0] if check32 else None,
         "fp32_same_pick": check32[1] if check32 else None,
         "ours_workers": args.ours_threads, "threads": args.threads, "cpu": cpu,
-        "omp_wait_policy": policy, "load_average": [round(load0, 2), round(load_mid, 2), round(load1, 2)]}))
+        "omp_wait_policy": policy, "openblas_core": openblas_core,
+        "load_average": [round(load0, 2), round(load_mid, 2), round(load1, 2)]}))
     tg, gmode, gtok = best["generate"]
     ours_tg = min(o[1] for o in ours_rounds)
     # Each side's generated tokens are the same every round (fixed seeds), so seconds compare.
@@ -442,7 +444,8 @@ def main():
         "pytorch_tokens": gtok, "pytorch_mode": gmode,
         "ratio": (ours_gen_tokens / ours_tg) / (gtok / tg), "rounds": rounds_g,
         "ours_workers": args.ours_threads, "threads": args.threads, "cpu": cpu,
-        "omp_wait_policy": policy, "load_average": [round(load0, 2), round(load_mid, 2), round(load1, 2)]}))
+        "omp_wait_policy": policy, "openblas_core": openblas_core,
+        "load_average": [round(load0, 2), round(load_mid, 2), round(load1, 2)]}))
 
 
 if __name__ == "__main__":

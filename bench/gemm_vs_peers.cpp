@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -200,6 +201,45 @@ void apply_omp_wait_policy(const Options& o, char** argv) {
   setenv("OMP_WAIT_POLICY", policy.c_str(), 1);
   execv("/proc/self/exe", argv);
   std::perror("gemm_vs_peers: re-exec with OMP_WAIT_POLICY set");  // carry on with the default
+}
+
+// OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels from the CPU's model number
+// when it loads, and 0.3.21 falls back to Prescott's SSE3 kernels on a model it does not know:
+// on the Xeon family 6 model 207 (KVM, no AMX exposed) that is a fifth of its AVX-512 speed, and
+// a peer at a fifth of its speed is no comparison. When the core it chose lacks the widest
+// vectors this CPU has, run again with OPENBLAS_CORETYPE naming the core that has them (read
+// only at load, hence the re-exec), unless the user set OPENBLAS_CORETYPE.
+int openblas_core_vector_level(std::string core) {
+  std::transform(core.begin(), core.end(), core.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* c : {"skylakex", "cooperlake", "sapphirerapids"}) {
+    if (core == c) return 3;  // AVX-512
+  }
+  for (const char* c : {"haswell", "zen", "excavator"}) {
+    if (core == c) return 2;  // AVX2 + FMA
+  }
+  for (const char* c : {"sandybridge", "bulldozer", "piledriver", "steamroller"}) {
+    if (core == c) return 1;  // AVX
+  }
+  return 0;
+}
+
+void use_openblas_widest_core(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const nanogpt::CpuInfo& cpu = nanogpt::cpu_info();
+  const bool avx512 = cpu.avx512f && cpu.avx512bw && cpu.avx512vl;
+  const char* want = avx512 ? "SkylakeX" : (cpu.avx2 && cpu.fma ? "Haswell" : nullptr);
+  const std::string chosen = openblas_get_corename();
+  if (want == nullptr || openblas_core_vector_level(chosen) >= openblas_core_vector_level(want)) {
+    return;
+  }
+  std::fprintf(stderr,
+               "gemm_vs_peers: OpenBLAS chose its %s kernels on a CPU with %s: running it with "
+               "OPENBLAS_CORETYPE=%s\n",
+               chosen.c_str(), avx512 ? "AVX-512" : "AVX2", want);
+  setenv("OPENBLAS_CORETYPE", want, 1);
+  execv("/proc/self/exe", argv);
+  std::perror("gemm_vs_peers: re-exec with OPENBLAS_CORETYPE set");  // carry on as detected
 }
 
 // oneDNN here is built on OpenMP, which reads OMP_NUM_THREADS once at start-up. Looking the
@@ -647,6 +687,7 @@ struct Aggregate {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  use_openblas_widest_core(argv);
   apply_omp_wait_policy(o, argv);
   const char* wait_env = std::getenv("OMP_WAIT_POLICY");
   const std::string wait_policy = wait_env != nullptr ? wait_env : "default";
@@ -667,7 +708,9 @@ int main(int argc, char** argv) {
   const char* isa_env = std::getenv("NANOGPT_ISA");
   const std::string isa_cap = isa_env != nullptr && *isa_env != '\0' ? isa_env : "best";
   std::fprintf(table, "nanogpt: ISA %s (NANOGPT_ISA)\n", isa_cap.c_str());
-  std::fprintf(table, "OpenBLAS: %s [core %s]\n", openblas_get_config(), openblas_get_corename());
+  const char* core_env = std::getenv("OPENBLAS_CORETYPE");
+  std::fprintf(table, "OpenBLAS: %s [core %s%s]\n", openblas_get_config(), openblas_get_corename(),
+               core_env != nullptr ? ", as OPENBLAS_CORETYPE" : "");
   std::fprintf(
       table, "oneDNN: %d.%d.%d, OpenMP wait policy %s, threads %s\n", dv->major, dv->minor,
       dv->patch, wait_policy.c_str(),

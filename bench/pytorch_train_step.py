@@ -387,6 +387,52 @@ def choose_omp_wait_policy(requested: str) -> str:
     return "passive" if busy_cores() > 0.5 else "default"
 
 
+_OPENBLAS_CORE_LEVEL = {
+    "skylakex": 3, "cooperlake": 3, "sapphirerapids": 3,  # AVX-512
+    "haswell": 2, "zen": 2, "excavator": 2,  # AVX2 + FMA
+    "sandybridge": 1, "bulldozer": 1, "piledriver": 1, "steamroller": 1,  # AVX
+}
+
+
+def use_openblas_widest_core() -> str:
+    """PyTorch's fp32 products go to libblas, which is OpenBLAS here. Built with DYNAMIC_ARCH
+    (Debian's), OpenBLAS 0.3.21 picks its kernels from the CPU's model number when it loads and
+    falls back to Prescott's SSE3 kernels on a model it does not know (the Xeon family 6 model
+    207 under KVM: a fifth of its AVX-512 speed). As bench/gemm_vs_peers.cpp does, when the core
+    it would choose lacks the widest vectors the CPU has, set OPENBLAS_CORETYPE (read at load,
+    so before torch is imported) to one that has them. A value already set is kept. Returns the
+    core OpenBLAS will run, for the report."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if {"avx512f", "avx512bw", "avx512vl"} <= flags:
+        want = "SkylakeX"
+    elif {"avx2", "fma"} <= flags:
+        want = "Haswell"
+    else:
+        want = ""
+    probe = ("import ctypes; lib = ctypes.CDLL('libopenblas.so.0'); "
+             "lib.openblas_get_corename.restype = ctypes.c_char_p; "
+             "print(lib.openblas_get_corename().decode())")
+    try:
+        chosen = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                check=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (libopenblas.so.0 did not load)"
+    level = _OPENBLAS_CORE_LEVEL
+    if want and level.get(chosen.lower(), 0) < level[want.lower()]:
+        print(f"OpenBLAS chose its {chosen} kernels on a CPU with wider vectors: running it "
+              f"with OPENBLAS_CORETYPE={want}", file=sys.stderr)
+        os.environ["OPENBLAS_CORETYPE"] = want
+        return want
+    return chosen
+
+
 def step_result(torch, args, cfg: dict, T: int, micro: int, window: int, times: list,
                 loss_first: float, loss_last: float, load_before: float, load_after: float,
                 ranks: int) -> dict:
@@ -418,6 +464,7 @@ def step_result(torch, args, cfg: dict, T: int, micro: int, window: int, times: 
         "loss_last": loss_last,
         "ns_dtype": args.ns_dtype,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+        "openblas_core": args.openblas_core,
         "torch": torch.__version__,
         "mkldnn": torch.backends.mkldnn.is_available(),
         "loadavg_before": load_before,
@@ -660,6 +707,7 @@ def main():
         os.environ.pop("OMP_WAIT_POLICY", None)
     else:
         os.environ["OMP_WAIT_POLICY"] = policy
+    args.openblas_core = use_openblas_widest_core()
 
     if args.check:
         check_against_reference(args)

@@ -48,7 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import evals_vs_pytorch as peer  # noqa: E402  (the PyTorch model of ours, with a K/V cache)
-from pytorch_train_step import choose_omp_wait_policy  # noqa: E402
+from pytorch_train_step import choose_omp_wait_policy, use_openblas_widest_core  # noqa: E402
 
 torch = None  # imported in main(), after OMP_WAIT_POLICY is chosen
 
@@ -193,6 +193,7 @@ def main():
         os.environ.pop("OMP_WAIT_POLICY", None)
     else:
         os.environ["OMP_WAIT_POLICY"] = policy
+    openblas_core = use_openblas_widest_core()
     global torch
     import torch as torch_module
     import torch.nn.functional as functional
@@ -280,7 +281,7 @@ def main():
         "bench": "rollout_vs_pytorch", "tasks": ob["tasks"], "prompts": args.prompts,
         "group": args.group, "max_tokens": args.max_tokens, "temperature": args.temperature,
         "threads": args.threads, "cpu": ob["cpu"], "revision": ob["revision"],
-        "omp_wait_policy": policy,
+        "omp_wait_policy": policy, "openblas_core": openblas_core,
         "ours_batched": ob, "ours_batch_one": o1, "pytorch_batched": tb, "pytorch_batch_one": t1,
         "ratio_batched": ratio(rate(ob), rate(tb)), "ratio_batch_one": ratio(rate(o1), rate(t1)),
         "load_average": loads, "greedy_agreement": checks}))
