@@ -278,6 +278,45 @@ struct Shape {
 };
 constexpr Shape kEmptyShapes[] = {{0, 5, 7}, {5, 0, 7}, {0, 0, 7}, {0, 5, 0}, {5, 0, 0}};
 
+// K so deep that a superblock of B one nc = 2·nr wide, packed over all of K, passes the
+// driver's 4 MiB: the driver takes K in passes of whole kc blocks, carrying all of C's
+// accumulators from pass to pass (gemm/driver.cpp). The result is within the bound of the
+// reference, has the bits of the same product with nc = nr (whose superblock fits, so one
+// pass), and leaves the guard columns alone, for an i-major and a k-major source of each
+// operand, with alpha and beta and the epilogue's inputs read only at the end.
+TEST(Gemm, DeepKTakenInPassesMatchesTheReferenceAndOnePass) {
+  ThreadPool two(2);
+  ThreadPool::Use use(two);
+  uint32_t seed = 4000;
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
+    const bool bf16 = source == PackSource::kF32ToBf16;
+    const int64_t panel_bytes_per_k = kernel.nr * kernel.packed_bytes;
+    // One nr-wide superblock of 3 MiB, so 2·nr wide is 6 MiB; K off any step or block.
+    const int64_t K = (int64_t{3} << 20) / panel_bytes_per_k + 5;
+    const int64_t M = kernel.mr + 3, N = 2 * kernel.nr;
+    for (Trans t : {Trans::kNo, Trans::kYes}) {
+      const Problem p(t, t, M, N, K, 0.5f, 1.0f, seed++);
+      auto run = [&](int64_t nc) {
+        std::vector<float> c = p.start_c();
+        gemm_run(kernel, {kernel.mr, nc, 256}, source, p.ta, p.tb, p.M, p.N, p.K, p.alpha,
+                 p.A.data(), p.lda, p.B.data(), p.ldb, p.beta, c.data(), p.ldc, nullptr);
+        return c;
+      };
+      const std::vector<float> passes = run(2 * kernel.nr), one_pass = run(kernel.nr);
+      std::vector<float> want = p.C0;
+      if (bf16) {
+        reference_gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(),
+                            p.ldb, p.beta, want.data(), p.ldc);
+      } else {
+        reference_gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                       p.beta, want.data(), p.ldc);
+      }
+      expect_close(p, passes, want, Bound{p, bf16}, describe(kernel, p, "deep K in passes"));
+      EXPECT_TRUE(same_bits(passes, one_pass)) << describe(kernel, p, "passes vs one pass");
+    }
+  }
+}
+
 TEST(Gemm, EmptyOutputTouchesNothingOnEveryEntry) {
   // M = 0 or N = 0 (with K = 0 or not): no C, so nothing is written, not even the epilogue's
   // bf16 copy, and null pointers are never followed.

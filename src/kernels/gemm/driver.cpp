@@ -86,6 +86,12 @@ Trans flip(Trans t) {
   return t == Trans::kNo ? Trans::kYes : Trans::kNo;
 }
 
+// The source of Y's columns from k on (Y as pack_panels reads it: Y[i][k] = src[i·ld + k] when
+// order is kNo, src[k·ld + i] when kYes).
+const void* k_shifted(const void* src, int64_t ld, Trans order, int64_t source_bytes, int64_t k) {
+  return static_cast<const char*>(src) + (order == Trans::kNo ? k : k * ld) * source_bytes;
+}
+
 void check_dimensions(int64_t M, int64_t N, int64_t K) {
   for (auto [name, value] : {std::pair{"M", M}, std::pair{"N", N}, std::pair{"K", K}}) {
     if (value < 0) {
@@ -130,33 +136,52 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   const int64_t mp = round_up(M, mr);
   const int64_t m_panels = mp / mr;
   const int64_t n_kblocks = ceil_div(kp, blk.kc);
-  const layout::Layout la = kernel.a_layout(mp, kp);
-  if (!la.separable()) throw std::invalid_argument("gemm: packed layouts must be separable");
 
   // Superblock width: all of N if its packed panels fit kPackedBBytes, else a multiple of nc
   // (B given packed too: a superblock of it then stays in cache while every row block reads it).
   int64_t ns = std::max<int64_t>(kPackedBBytes / (kp * bytes) / blk.nc, 1) * blk.nc;
   if (ns >= N) ns = N;
+  // K in passes: where even one nc wide superblock of B over all of K passes kPackedBBytes
+  // (the speedrun head's input gradient, K = 50304: 51 MB), every row block would stream it
+  // from memory, and A packed whole would take M·K values of scratch (206 MB). Then K is taken
+  // in passes of whole kc blocks whose A and B panels fit: each pass packs its part of A once
+  // for all superblocks and its part of each superblock's B once for all row blocks, and the
+  // accumulators of all of C carry from one pass to the next. Every tile still adds its kc
+  // blocks in order, so the bits are those of one pass.
+  int64_t kq = kp;
+  if (n_kblocks > 1) {
+    const int64_t b_bytes_per_k = round_up(ns, nr) * bytes;
+    if (kp * b_bytes_per_k > kPackedBBytes) {
+      kq = std::min(kp, std::max<int64_t>(kPackedBBytes / b_bytes_per_k / blk.kc, 1) * blk.kc);
+    }
+  }
+  const bool in_passes = kq < kp;
   const int64_t ns_p = packed_b != nullptr ? 0 : round_up(ns, nr);
 
   // Scratch from the caller's workspace (runtime/workspace.hpp): the packed operands and
   // their flags for the calling thread, and one task buffer per pool worker, passed in below.
   Workspace& ws = Workspace::current();
-  char* pa = ws.get<char>("gemm.packed_a", static_cast<size_t>(mp * kp * bytes));
-  char* pb = ws.get<char>("gemm.packed_b", static_cast<size_t>(ns_p * kp * bytes));
-  std::atomic<uint8_t>* a_flags = empty_flags(ws.get("gemm.a_flags", static_cast<size_t>(m_panels)),
-                                              static_cast<size_t>(m_panels));
+  char* pa = ws.get<char>("gemm.packed_a", static_cast<size_t>(mp * kq * bytes));
+  char* pb = ws.get<char>("gemm.packed_b", static_cast<size_t>(ns_p * kq * bytes));
+  std::byte* a_flag_memory = ws.get("gemm.a_flags", static_cast<size_t>(m_panels));
   std::byte* b_flag_memory =
       packed_b != nullptr ? nullptr : ws.get("gemm.b_flags", static_cast<size_t>(ceil_div(ns, nr)));
+  // With passes: the accumulators of all of C (whole tiles: mp rows, N rounded up to nr).
+  const int64_t ld_pass_acc = round_up(N, nr);
+  float* const pass_acc =
+      in_passes ? ws.get<float>("gemm.pass_accumulators", static_cast<size_t>(mp * ld_pass_acc))
+                : nullptr;
 
   // A task's buffer: the accumulator (two tiles taken in turn when K is a single block, each
   // finished while hot in L1, else the task's whole MC×NC block, carried from one K block to the
-  // next), then the row parts of its A micro-panels, then the panels it claims to pack.
+  // next; none with passes), then the row parts of its A micro-panels, then the panels it
+  // claims to pack.
   const bool one_block = n_kblocks == 1;
   // The second tile starts 4 KiB + 256 B after the first: 4 KiB apart, loads from one would
   // falsely alias stores to the other (same low address bits) and wait for them.
   const int64_t tile_stride = mr * nr + 64;
-  const int64_t acc_floats = round_up(one_block ? 2 * tile_stride : blk.mc * blk.nc, 16);
+  const int64_t acc_floats =
+      in_passes ? 0 : round_up(one_block ? 2 * tile_stride : blk.mc * blk.nc, 16);
   const int64_t task_panels = std::max(blk.mc / mr, blk.nc / nr);
   ThreadPool& pool = ThreadPool::current();
   const std::span<std::byte* const> task_buffers =
@@ -167,97 +192,116 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   const bool stream_c = kernel.stream != nullptr && beta == 0.0f && M * N * 4 >= kStreamBytes &&
                         ldc % 16 == 0 && reinterpret_cast<uintptr_t>(C) % 64 == 0;
   const int64_t m_blocks = ceil_div(M, blk.mc);
-  for (int64_t s0 = 0; s0 < N; s0 += ns) {
-    const int64_t s_cols = std::min(ns, N - s0);
-    // Packed here: the superblock's own panels; given packed: all of B's, from column s0.
-    const layout::Layout lb =
-        packed_b != nullptr ? packed_b->layout : kernel.b_layout(kp, round_up(s_cols, nr));
-    const int64_t lb_col0 = packed_b != nullptr ? s0 : 0;
-    const char* const b_panels =
-        packed_b != nullptr ? reinterpret_cast<const char*>(packed_b->data.data()) : pb;
-    std::atomic<uint8_t>* b_flags =
-        packed_b != nullptr ? nullptr
-                            : empty_flags(b_flag_memory, static_cast<size_t>(ceil_div(s_cols, nr)));
-    const int64_t n_blocks = ceil_div(s_cols, blk.nc);
-    pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int worker) {
-      const int64_t i0 = static_cast<int64_t>(task) / n_blocks * blk.mc;
-      const int64_t j0 = static_cast<int64_t>(task) % n_blocks * blk.nc;  // within superblock
-      const int64_t rows = std::min(blk.mc, M - i0);
-      const int64_t cols = std::min(blk.nc, s_cols - j0);
-      float* const acc_memory = reinterpret_cast<float*>(task_buffers[static_cast<size_t>(worker)]);
-      int64_t* const a_rows = reinterpret_cast<int64_t*>(acc_memory + acc_floats);
-      int64_t* const claimed = a_rows + task_panels;
-      ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed, trans_a == Trans::kNo,
-                    [&](const int64_t* p, size_t n) {
-                      pack::pack_panels(
-                          pack_a, A, lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr, M,
-                          K, kp, [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
-                    });
-      if (b_flags != nullptr) {
-        ensure_packed(
-            b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, /*one_at_a_time=*/false,
-            [&](const int64_t* p, size_t n) {
-              // B's panels are counted from the superblock's first column.
-              pack::pack_panels(
-                  pack_b,
-                  static_cast<const char*>(B) + (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
-                  ldb, flip(trans_b), b_bytes, std::span<const int64_t>(p, n), nr, N - s0, K, kp,
-                  [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
-            });
-      }
+  for (int64_t q0 = 0; q0 < kp; q0 += kq) {
+    const int64_t q_len = std::min(kq, kp - q0);  // a multiple of kc but for the last pass
+    const int64_t q_valid = std::min(q_len, K - q0);
+    const layout::Layout la = kernel.a_layout(mp, q_len);
+    if (!la.separable()) throw std::invalid_argument("gemm: packed layouts must be separable");
+    std::atomic<uint8_t>* a_flags = empty_flags(a_flag_memory, static_cast<size_t>(m_panels));
+    const void* const a_pass = k_shifted(A, lda, trans_a, a_bytes, q0);
+    const int64_t pass_kblocks = ceil_div(q_len, blk.kc);
+    for (int64_t s0 = 0; s0 < N; s0 += ns) {
+      const int64_t s_cols = std::min(ns, N - s0);
+      // Packed here: the superblock's own panels over this pass's k; given packed: all of B's,
+      // from column s0 and k = q0.
+      const layout::Layout lb =
+          packed_b != nullptr ? packed_b->layout : kernel.b_layout(q_len, round_up(s_cols, nr));
+      const int64_t lb_col0 = packed_b != nullptr ? s0 : 0;
+      const int64_t lb_k0 = packed_b != nullptr ? q0 : 0;
+      const char* const b_panels =
+          packed_b != nullptr ? reinterpret_cast<const char*>(packed_b->data.data()) : pb;
+      std::atomic<uint8_t>* b_flags =
+          packed_b != nullptr
+              ? nullptr
+              : empty_flags(b_flag_memory, static_cast<size_t>(ceil_div(s_cols, nr)));
+      // B's panels are counted from the superblock's first column and the pass's first k.
+      const void* const b_pass =
+          packed_b != nullptr ? nullptr
+                              : k_shifted(static_cast<const char*>(B) +
+                                              (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
+                                          ldb, flip(trans_b), b_bytes, q0);
+      const int64_t n_blocks = ceil_div(s_cols, blk.nc);
+      pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int worker) {
+        const int64_t i0 = static_cast<int64_t>(task) / n_blocks * blk.mc;
+        const int64_t j0 = static_cast<int64_t>(task) % n_blocks * blk.nc;  // within superblock
+        const int64_t rows = std::min(blk.mc, M - i0);
+        const int64_t cols = std::min(blk.nc, s_cols - j0);
+        float* const acc_memory =
+            reinterpret_cast<float*>(task_buffers[static_cast<size_t>(worker)]);
+        int64_t* const a_rows = reinterpret_cast<int64_t*>(acc_memory + acc_floats);
+        int64_t* const claimed = a_rows + task_panels;
+        ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed, trans_a == Trans::kNo,
+                      [&](const int64_t* p, size_t n) {
+                        pack::pack_panels(
+                            pack_a, a_pass, lda, trans_a, a_bytes, std::span<const int64_t>(p, n),
+                            mr, M, q_valid, q_len,
+                            [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
+                      });
+        if (b_flags != nullptr) {
+          ensure_packed(b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed,
+                        /*one_at_a_time=*/false, [&](const int64_t* p, size_t n) {
+                          pack::pack_panels(
+                              pack_b, b_pass, ldb, flip(trans_b), b_bytes,
+                              std::span<const int64_t>(p, n), nr, N - s0, q_valid, q_len,
+                              [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
+                        });
+        }
 
-      // Micro-panel addresses from the layouts, whose offsets separate into a row part and a
-      // column part: tabulated per task so the loops below only add.
-      for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) a_rows[t] = la.row_part(ip);
-      // A tile is finished one micro-kernel call late: reading an accumulator right after the
-      // kernel stored it (AMX tile stores especially) would wait for those stores to land.
-      struct Pending {
-        const float* acc = nullptr;
-        int64_t ld = 0, rows = 0, cols = 0, i = 0, j = 0;
-        float* c = nullptr;
-      } pending;
-      auto finish_pending = [&] {
-        if (pending.acc == nullptr) return;
-        if (stream_c && pending.cols == nr && (pending.j % 16) == 0) {
-          kernel.stream(pending.acc, pending.ld, pending.rows, pending.cols, alpha, beta, pending.c,
+        // Micro-panel addresses from the layouts, whose offsets separate into a row part and a
+        // column part: tabulated per task so the loops below only add.
+        for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) a_rows[t] = la.row_part(ip);
+        // A tile is finished one micro-kernel call late: reading an accumulator right after the
+        // kernel stored it (AMX tile stores especially) would wait for those stores to land.
+        struct Pending {
+          const float* acc = nullptr;
+          int64_t ld = 0, rows = 0, cols = 0, i = 0, j = 0;
+          float* c = nullptr;
+        } pending;
+        auto finish_pending = [&] {
+          if (pending.acc == nullptr) return;
+          if (stream_c && pending.cols == nr && (pending.j % 16) == 0) {
+            kernel.stream(pending.acc, pending.ld, pending.rows, pending.cols, alpha, beta,
+                          pending.c, ldc, epilogue, pending.i, pending.j);
+            pending.acc = nullptr;
+            return;
+          }
+          kernel.finish(pending.acc, pending.ld, pending.rows, pending.cols, alpha, beta, pending.c,
                         ldc, epilogue, pending.i, pending.j);
           pending.acc = nullptr;
-          return;
-        }
-        kernel.finish(pending.acc, pending.ld, pending.rows, pending.cols, alpha, beta, pending.c,
-                      ldc, epilogue, pending.i, pending.j);
-        pending.acc = nullptr;
-      };
-      int64_t calls = 0;
-      if (kernel.begin_task != nullptr) kernel.begin_task();
-      for (int64_t kb = 0; kb < n_kblocks; ++kb) {
-        const int64_t k0 = kb * blk.kc;
-        const int64_t kc = std::min(blk.kc, kp - k0);
-        const bool last = kb == n_kblocks - 1;
-        const int64_t a_k = la.col_part(k0), b_k = lb.row_part(k0);
-        for (int64_t jp = j0; jp < j0 + cols; jp += nr) {
-          const char* b = b_panels + (lb.col_part(lb_col0 + jp) + b_k) * bytes;
-          const int64_t tile_cols = std::min(nr, s_cols - jp);
-          for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) {
-            const char* a = pa + (a_rows[t] + a_k) * bytes;
-            float* acc = one_block ? acc_memory + (calls++ & 1) * tile_stride
-                                   : acc_memory + (ip - i0) * blk.nc + (jp - j0);
-            const int64_t ld_acc = one_block ? nr : blk.nc;
-            float* c = C + ip * ldc + s0 + jp;
-            const int64_t tile_rows = std::min(mr, M - ip);
-            kernel.fn(kc, a, b, acc, ld_acc, kb > 0);
-            if (last) {
-              finish_pending();
-              pending = {acc, ld_acc, tile_rows, tile_cols, ip, s0 + jp, c};
+        };
+        int64_t calls = 0;
+        if (kernel.begin_task != nullptr) kernel.begin_task();
+        for (int64_t kb = 0; kb < pass_kblocks; ++kb) {
+          const int64_t k0 = kb * blk.kc;  // within the pass
+          const int64_t kc = std::min(blk.kc, q_len - k0);
+          const bool first = q0 + k0 == 0, last = q0 + k0 + kc == kp;
+          const int64_t a_k = la.col_part(k0), b_k = lb.row_part(lb_k0 + k0);
+          for (int64_t jp = j0; jp < j0 + cols; jp += nr) {
+            const char* b = b_panels + (lb.col_part(lb_col0 + jp) + b_k) * bytes;
+            const int64_t tile_cols = std::min(nr, s_cols - jp);
+            for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) {
+              const char* a = pa + (a_rows[t] + a_k) * bytes;
+              float* acc = in_passes   ? pass_acc + ip * ld_pass_acc + s0 + jp
+                           : one_block ? acc_memory + (calls++ & 1) * tile_stride
+                                       : acc_memory + (ip - i0) * blk.nc + (jp - j0);
+              const int64_t ld_acc = in_passes ? ld_pass_acc : one_block ? nr : blk.nc;
+              float* c = C + ip * ldc + s0 + jp;
+              const int64_t tile_rows = std::min(mr, M - ip);
+              kernel.fn(kc, a, b, acc, ld_acc, !first);
+              if (last) {
+                finish_pending();
+                pending = {acc, ld_acc, tile_rows, tile_cols, ip, s0 + jp, c};
+              }
             }
           }
         }
-      }
-      finish_pending();
-      // Non-temporal stores are weakly ordered: make them visible before the task counts as done.
-      if (stream_c) _mm_sfence();
-      if (kernel.end_task != nullptr) kernel.end_task();
-    });
+        finish_pending();
+        // Non-temporal stores are weakly ordered: make them visible before the task counts as
+        // done.
+        if (stream_c) _mm_sfence();
+        if (kernel.end_task != nullptr) kernel.end_task();
+      });
+    }
   }
 }
 
