@@ -191,6 +191,8 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   constexpr int64_t kStreamBytes = int64_t{8} << 20;
   const bool stream_c = kernel.stream != nullptr && beta == 0.0f && M * N * 4 >= kStreamBytes &&
                         ldc % 16 == 0 && reinterpret_cast<uintptr_t>(C) % 64 == 0;
+  // Without an epilogue (and not streamed) a tile's last K block finishes from the registers.
+  const bool finish_in_kernel = kernel.fn_finishing != nullptr && epilogue == nullptr && !stream_c;
   const int64_t m_blocks = ceil_div(M, blk.mc);
   for (int64_t q0 = 0; q0 < kp; q0 += kq) {
     const int64_t q_len = std::min(kq, kp - q0);  // a multiple of kc but for the last pass
@@ -287,6 +289,11 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
               const int64_t ld_acc = in_passes ? ld_pass_acc : one_block ? nr : blk.nc;
               float* c = C + ip * ldc + s0 + jp;
               const int64_t tile_rows = std::min(mr, M - ip);
+              if (last && finish_in_kernel) {
+                kernel.fn_finishing(kc, a, b, acc, ld_acc, !first, alpha, beta, c, ldc, tile_rows,
+                                    tile_cols);
+                continue;
+              }
               kernel.fn(kc, a, b, acc, ld_acc, !first);
               if (last) {
                 finish_pending();

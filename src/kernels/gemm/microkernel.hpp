@@ -24,6 +24,14 @@ namespace nanogpt {
 using MicroKernelFn = void (*)(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
                                bool accumulate);
 
+// The micro-kernel's sum, then the tile finished from the registers: C[0:rows, 0:cols] =
+// alpha·acc + beta·C (beta == 0 never reads C) with the arithmetic of the kernel's FinishFn, so
+// the same bits, without storing the accumulator and reading it back. For a tile's last K block
+// when the product has no epilogue; `acc` is only read (when accumulate is set).
+using MicroKernelFinishingFn = void (*)(int64_t kc, const void* a, const void* b, const float* acc,
+                                        int64_t ld_acc, bool accumulate, float alpha, float beta,
+                                        float* c, int64_t ldc, int64_t rows, int64_t cols);
+
 // What a packer reads and how it rounds: fp32 kept, fp32 rounded to bf16 (nearest even), bf16.
 enum class PackSource { kF32 = 0, kF32ToBf16 = 1, kBf16 = 2 };
 
@@ -77,6 +85,8 @@ struct MicroKernel {
   PackTable pack_a = {};
   PackTable pack_b = {};
   FinishFn finish = nullptr;
+  // Optional: fn and finish in one call (above), for a tile's last K block without an epilogue.
+  MicroKernelFinishingFn fn_finishing = nullptr;
   // Optional: finish with non-temporal stores (epilogue.hpp, stream_tile_avx512), for large C.
   FinishFn stream = nullptr;
   // Per-thread set-up before the first micro-kernel call of a task and clean-up after its
