@@ -25,6 +25,7 @@
 #include "kernels/gemm/driver.hpp"
 #include "kernels/gemm/isa.hpp"
 #include "kernels/gemm/microkernel.hpp"
+#include "kernels/gemm/packed_b.hpp"
 #include "kernels/gemm_bf16.hpp"
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
@@ -282,8 +283,8 @@ constexpr Shape kEmptyShapes[] = {{0, 5, 7}, {5, 0, 7}, {0, 0, 7}, {0, 5, 0}, {5
 // driver's 4 MiB: the driver takes K in passes of whole kc blocks, carrying all of C's
 // accumulators from pass to pass (gemm/driver.cpp). The result is within the bound of the
 // reference, has the bits of the same product with nc = nr (whose superblock fits, so one
-// pass), and leaves the guard columns alone, for an i-major and a k-major source of each
-// operand, with alpha and beta and the epilogue's inputs read only at the end.
+// pass) and of the passes over a B packed beforehand (read from each pass's first k), and
+// leaves the guard columns alone, for an i-major and a k-major source of each operand.
 TEST(Gemm, DeepKTakenInPassesMatchesTheReferenceAndOnePass) {
   ThreadPool two(2);
   ThreadPool::Use use(two);
@@ -313,6 +314,12 @@ TEST(Gemm, DeepKTakenInPassesMatchesTheReferenceAndOnePass) {
       }
       expect_close(p, passes, want, Bound{p, bf16}, describe(kernel, p, "deep K in passes"));
       EXPECT_TRUE(same_bits(passes, one_pass)) << describe(kernel, p, "passes vs one pass");
+      PackedB packed;
+      pack_b_operand(kernel, source, p.tb, p.K, p.N, p.B.data(), p.ldb, packed);
+      std::vector<float> given = p.start_c();
+      gemm_run_packed_b(kernel, {kernel.mr, 2 * kernel.nr, 256}, source, p.ta, p.M, p.alpha,
+                        p.A.data(), p.lda, packed, p.beta, given.data(), p.ldc, nullptr);
+      EXPECT_TRUE(same_bits(given, one_pass)) << describe(kernel, p, "packed B in passes");
     }
   }
 }
