@@ -121,11 +121,26 @@ void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* 
                           const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
                           Real* norm, Real* rstd) {
   for_row_blocks("residual_mix.norm1", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
-    for (int64_t j = t0 * d; j < t1 * d; ++j) {
-      const Real xi = skip_src != nullptr ? x_prev[j] + skip * skip_src[j] : x_prev[j];
-      x_in[j] = xi;
-      x_mix[j] = x0 != nullptr ? l0 * xi + l1 * x0[j] : xi;
-      x_res[j] = x_mix[j];
+    // The optional inputs are tested once per block, not per element, so that the element
+    // loops vectorize (a select between pointers inside one kept it scalar: perf, 2026-11-26).
+    // Each element is the same expression as before, so the bits are too.
+    const int64_t j0 = t0 * d, j1 = t1 * d;
+    if (skip_src != nullptr) {
+      for (int64_t j = j0; j < j1; ++j) x_in[j] = x_prev[j] + skip * skip_src[j];
+    } else {
+      for (int64_t j = j0; j < j1; ++j) x_in[j] = x_prev[j];
+    }
+    if (x0 != nullptr) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const Real m = l0 * x_in[j] + l1 * x0[j];
+        x_mix[j] = m;
+        x_res[j] = m;
+      }
+    } else {
+      for (int64_t j = j0; j < j1; ++j) {
+        x_mix[j] = x_in[j];
+        x_res[j] = x_in[j];
+      }
     }
     if (norm != nullptr)
       rmsnorm_forward(&x_mix[t0 * d], d, &norm[t0 * d], d, &rstd[t0], t1 - t0, d);
@@ -193,12 +208,17 @@ void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTabl
     for (int64_t t = t0; t < t1; ++t) {
       const Real* in = &raw[t * row];
       Real* out = &qkv[t * row];
+
       // q and k: Hq + Hkv heads of D, normalised per head, then rotated.
       rmsnorm_forward(in, s.D, out, s.D, &rstd_qk[t * heads], heads, s.D);
       rotary.apply(out, heads, pos[t]);
-      const Real* vrow = ve == nullptr ? nullptr : ve + tokens[t] * kv;
-      for (int64_t e = 0; e < kv; ++e) {
-        out[v_at + e] = la0 * in[v_at + e] + (vrow != nullptr ? la1 * vrow[e] : Real(0));
+      // v: the value-embedding mix, its branch outside the element loop so the loop
+      // vectorizes (the same expression per element, so the same bits).
+      if (ve != nullptr) {
+        const Real* vrow = ve + tokens[t] * kv;
+        for (int64_t e = 0; e < kv; ++e) out[v_at + e] = la0 * in[v_at + e] + la1 * vrow[e];
+      } else {
+        for (int64_t e = 0; e < kv; ++e) out[v_at + e] = la0 * in[v_at + e] + Real(0);
       }
     }
   });
