@@ -324,6 +324,50 @@ TEST(Gemm, DeepKTakenInPassesMatchesTheReferenceAndOnePass) {
   }
 }
 
+// A blocking of row parts splits whatever M it is fitted to into that many blocks of equal
+// height (to mr), unlike a fixed mc, whose last block is short when mc does not divide M; the
+// autotuner offers such blockings, named apart from fixed-mc ones, and they give the bits of a
+// fixed-mc blocking.
+TEST(GemmBlocking, RowPartsSplitEveryHeightIntoEqualBlocks) {
+  const MicroKernel& kernel = active_microkernel();
+  const int64_t mr = kernel.mr;
+  for (int64_t parts : {2, 4, 8}) {
+    for (int64_t M : {int64_t{256}, int64_t{768}, int64_t{1000}, 3 * mr + 1}) {
+      GemmBlocking b{0, kernel.nr, 256};
+      b.row_parts = parts;
+      const GemmBlocking fit = normalized(b, kernel, M, 4 * kernel.nr, 512);
+      EXPECT_EQ(fit.row_parts, 0);
+      EXPECT_EQ(fit.mc % mr, 0);
+      const int64_t blocks = (M + fit.mc - 1) / fit.mc;
+      EXPECT_LE(blocks, parts) << "M " << M << ", " << parts << " parts";
+      // Equal to the kernel's step: no block but the last is taller, and the last is at most
+      // mr shorter per block (the rounding up of each).
+      const int64_t last = M - (blocks - 1) * fit.mc;
+      EXPECT_GT(last + blocks * mr, fit.mc) << "M " << M << ", " << parts << " parts";
+    }
+  }
+  GemmBlocking parts4{0, 64, 256};
+  parts4.row_parts = 4;
+  EXPECT_EQ(parts4.name(), "rows4_nc64_kc256");
+  EXPECT_EQ((GemmBlocking{96, 64, 256}.name()), "mc96_nc64_kc256");
+  // Among the candidates, and with a fixed-mc blocking's bits.
+  const std::vector<GemmBlocking> all = blocking_candidates(kernel, 256, 1024, 8192, 2);
+  EXPECT_TRUE(
+      std::any_of(all.begin(), all.end(), [](const GemmBlocking& c) { return c.row_parts == 2; }));
+  ThreadPool two(2);
+  ThreadPool::Use use(two);
+  const Problem p(Trans::kYes, Trans::kNo, 7 * mr + 3, 3 * kernel.nr + 1, 300, 1.0f, 0.5f, 4100);
+  auto run = [&](const GemmBlocking& blocking) {
+    std::vector<float> c = p.start_c();
+    gemm_run(kernel, blocking, PackSource::kF32, p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(),
+             p.lda, p.B.data(), p.ldb, p.beta, c.data(), p.ldc, nullptr);
+    return c;
+  };
+  GemmBlocking parts2{0, kernel.nr, 128};
+  parts2.row_parts = 2;
+  EXPECT_TRUE(same_bits(run(parts2), run({mr, kernel.nr, 128})));
+}
+
 TEST(Gemm, EmptyOutputTouchesNothingOnEveryEntry) {
   // M = 0 or N = 0 (with K = 0 or not): no C, so nothing is written, not even the epilogue's
   // bf16 copy, and null pointers are never followed.

@@ -19,7 +19,8 @@ namespace nanogpt {
 // problem and shrunk until there are at least a few tasks per thread.
 GemmBlocking default_blocking(const MicroKernel& kernel, int64_t M, int64_t N, int64_t K,
                               int threads);
-// What the autotuner chooses among; the first is default_blocking().
+// What the autotuner chooses among; the first is default_blocking(). Some split M into equal
+// row blocks (GemmBlocking::row_parts), refitted to each height they are used at.
 std::vector<GemmBlocking> blocking_candidates(const MicroKernel& kernel, int64_t M, int64_t N,
                                               int64_t K, int threads);
 // mc, nc, kc rounded up to the kernel's granularity and clipped to the problem.

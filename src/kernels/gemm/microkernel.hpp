@@ -64,10 +64,13 @@ using PackTable = std::array<PanelPackFn, 3>;
 
 // The driver's cache blocking, as a value the autotuner can choose (gemm/blocking.hpp).
 struct GemmBlocking {
-  int64_t mc = 0;            // rows of C per task: a multiple of the kernel's mr
-  int64_t nc = 0;            // columns of C per task: a multiple of nr; the unit of work handed out
-  int64_t kc = 0;            // depth of one micro-kernel call: a multiple of k_step (0: all of K)
-  std::string name() const;  // "mc128_nc256_kc512"
+  int64_t mc = 0;  // rows of C per task: a multiple of the kernel's mr
+  int64_t nc = 0;  // columns of C per task: a multiple of nr; the unit of work handed out
+  int64_t kc = 0;  // depth of one micro-kernel call: a multiple of k_step (0: all of K)
+  // Above 0: mc is M split into this many row blocks of equal height (rounded up to mr),
+  // whatever M the blocking is fitted to (normalized(), gemm/blocking.hpp); mc is then unused.
+  int64_t row_parts = 0;
+  std::string name() const;  // "mc128_nc256_kc512", or "rows4_nc256_kc512" with row_parts 4
   bool operator==(const GemmBlocking&) const = default;
 };
 
