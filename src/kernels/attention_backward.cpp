@@ -29,7 +29,6 @@
 #include "kernels/dot.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/tile_gemm.hpp"
-#include "runtime/aligned_memory.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -52,10 +51,11 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   std::vector<float> delta(static_cast<size_t>(H * T));
   const bool bf16_operands = p.precision == Precision::kBf16;
   ThreadPool& pool = ThreadPool::current();
-  struct Scratch {
-    AlignedBuffer a, s, dp, acc0, acc1;
-  };
-  std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
+  // Per worker: P or dS packed, the probabilities, their gradients, two accumulators.
+  const int64_t tile_bytes = rows * kBk * int64_t{sizeof(float)};
+  const int64_t acc_bytes = rows * dn * int64_t{sizeof(float)};
+  const TileScratch scratch(
+      {g.bytes(Block::kRowsByTile), tile_bytes, tile_bytes, acc_bytes, acc_bytes}, pool.size());
   // Per worker: a row of dO rounded to bf16, for Delta.
   std::vector<std::vector<float>> rounded_dout(static_cast<size_t>(pool.size()),
                                                std::vector<float>(static_cast<size_t>(D)));
@@ -125,14 +125,9 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
     pool.parallel_for(tasks.size(), [&](size_t index, int worker) {
       const Task& task = tasks[index];
       const int64_t kv = task.kv;
-      Scratch& w = scratch[static_cast<size_t>(worker)];
-      w.a.reserve(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
-      w.s.reserve(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
-      w.dp.reserve(static_cast<size_t>(rows * kBk) * sizeof(float), /*zero_new=*/true);
-      w.acc0.reserve(static_cast<size_t>(rows * dn) * sizeof(float));
-      w.acc1.reserve(static_cast<size_t>(rows * dn) * sizeof(float));
-      float *s = w.s.floats(), *dp = w.dp.floats(), *acc0 = w.acc0.floats(),
-            *acc1 = w.acc1.floats();
+      std::byte* const a_packed = scratch.bytes(worker, 0);
+      float *s = scratch.floats(worker, 1), *dp = scratch.floats(worker, 2),
+            *acc0 = scratch.floats(worker, 3), *acc1 = scratch.floats(worker, 4);
       std::fill(acc0, acc0 + rows * dn, 0.0f);
       std::fill(acc1, acc1 + rows * dn, 0.0f);
       const TaskScope scope(g);
@@ -163,12 +158,12 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
             if (kind == TileMask::kSkip) continue;
             probs_and_grads(h, t, kind, qt, kt);
             const int64_t kc = g.k_steps(t.nq);
-            g.pack_a(s, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
-            g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, dout_b.at(h, qt), Block::kDByTile,
+            g.pack_a(s, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, a_packed);
+            g.product(nk, D, kc, a_packed, Block::kRowsByTile, dout_b.at(h, qt), Block::kDByTile,
                       acc0, dn, true);
-            g.pack_a(dp, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, w.a.data());
-            g.product(nk, D, kc, w.a.data(), Block::kRowsByTile, q_b.at(h, qt), Block::kDByTile,
-                      acc1, dn, true);
+            g.pack_a(dp, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, a_packed);
+            g.product(nk, D, kc, a_packed, Block::kRowsByTile, q_b.at(h, qt), Block::kDByTile, acc1,
+                      dn, true);
           }
         }
         store(acc0, k0, nk, dv + kv * D, sh.ld_kv);
@@ -182,8 +177,8 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
           const TileMask kind = mask.classify(t);
           if (kind == TileMask::kSkip) continue;
           probs_and_grads(h, t, kind, qt, kt);
-          g.pack_a(dp, kBk, Trans::kNo, nq, t.nk, Block::kRowsByTile, w.a.data());
-          g.product(nq, D, g.k_steps(t.nk), w.a.data(), Block::kRowsByTile, kt_b.at(kv, kt),
+          g.pack_a(dp, kBk, Trans::kNo, nq, t.nk, Block::kRowsByTile, a_packed);
+          g.product(nq, D, g.k_steps(t.nk), a_packed, Block::kRowsByTile, kt_b.at(kv, kt),
                     Block::kDByTile, acc0, dn, true);
         }
         store(acc0, q0, nq, dq + h * D, sh.ld_q);

@@ -23,7 +23,6 @@
 #include "kernels/attention_work.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/tile_gemm.hpp"
-#include "runtime/aligned_memory.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -44,12 +43,11 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
   mask.visited_counts(per_qt, per_kt);
 
   ThreadPool& pool = ThreadPool::current();
-  struct Scratch {
-    AlignedBuffer q, p, s, o;
-    float m[kBq], l[kBq], alpha[kBq];
-    int32_t lo[kBq], hi[kBq];
-  };
-  std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
+  // Per worker: the query tile packed, P packed, the scores, the output rows.
+  const TileScratch scratch(
+      {g.bytes(Block::kTileByD), g.bytes(Block::kRowsByTile), rows * kBq * int64_t{sizeof(float)},
+       rows * dn * int64_t{sizeof(float)}},
+      pool.size());
   // No query sees a key before the first one query 0 sees (first_visible grows with the
   // position): when decoding with a window, most of the cache is never packed.
   const int64_t first_kt = fv[0] / kBk, used_kt = nkt - first_kt;
@@ -80,31 +78,33 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
     pool.parallel_for(tasks.size(), [&](size_t index, int worker) {
       const int64_t h = tasks[index].h, kv = tasks[index].kv, q0 = tasks[index].tile * kBq;
       const int64_t nq = std::min(kBq, T - q0);
-      Scratch& w = scratch[static_cast<size_t>(worker)];
-      w.q.reserve(static_cast<size_t>(g.bytes(Block::kTileByD)));
-      w.p.reserve(static_cast<size_t>(g.bytes(Block::kRowsByTile)));
-      w.s.reserve(static_cast<size_t>(rows * kBq) * sizeof(float), /*zero_new=*/true);
-      w.o.reserve(static_cast<size_t>(rows * dn) * sizeof(float));
-      float* s = w.s.floats();
-      float* o = w.o.floats();
+      std::byte* const q_packed = scratch.bytes(worker, 0);
+      std::byte* const p_packed = scratch.bytes(worker, 1);
+      float* const s = scratch.floats(worker, 2);
+      float* const o = scratch.floats(worker, 3);
+      // The softmax's running max, sum and rescaling per query, and each query's visible keys.
+      struct {
+        float m[kBq], l[kBq], alpha[kBq];
+        int32_t lo[kBq], hi[kBq];
+      } w;
       std::fill(o, o + rows * dn, 0.0f);
       std::fill(w.m, w.m + kBq, kNegInf);
       std::fill(w.l, w.l + kBq, 0.0f);
       const TaskScope scope(g);
-      g.pack_b(p.q + q0 * sh.ld_q + h * D, sh.ld_q, Trans::kNo, nq, D, Block::kTileByD, w.q.data());
+      g.pack_b(p.q + q0 * sh.ld_q + h * D, sh.ld_q, Trans::kNo, nq, D, Block::kTileByD, q_packed);
       const auto [kt_lo, kt_hi] = mask.key_tiles(q0, nq);
       for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
         const Tile t{q0, nq, kt * kBk, std::min(kBk, sh.T_kv - kt * kBk)};
         const TileMask kind = mask.classify(t);
         if (kind == TileMask::kSkip) continue;
-        g.product(t.nk, nq, g.dk(), k_pack.at(kv, kt), Block::kRowsByD, w.q.data(), Block::kTileByD,
+        g.product(t.nk, nq, g.dk(), k_pack.at(kv, kt), Block::kRowsByD, q_packed, Block::kTileByD,
                   s, kBq, false);
         mask.visible_ranges(t, kind, fv.data(), w.lo, w.hi);
         online_softmax_tile(s, t.nk, w.lo, w.hi, kind == TileMask::kFull, p.scale, w.m, w.l,
                             w.alpha);
         scale_rows(o, nq, dn, w.alpha);
-        g.pack_a(s, kBq, Trans::kYes, nq, t.nk, Block::kRowsByTile, w.p.data());
-        g.product(nq, D, g.k_steps(t.nk), w.p.data(), Block::kRowsByTile, v_pack.at(kv, kt),
+        g.pack_a(s, kBq, Trans::kYes, nq, t.nk, Block::kRowsByTile, p_packed);
+        g.product(nq, D, g.k_steps(t.nk), p_packed, Block::kRowsByTile, v_pack.at(kv, kt),
                   Block::kDByTile, o, dn, true);
       }
       for (int64_t i = 0; i < nq; ++i) {

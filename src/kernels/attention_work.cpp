@@ -4,6 +4,8 @@
 #include <atomic>
 
 #include "kernels/attention_internal.hpp"
+#include "runtime/aligned_memory.hpp"
+#include "runtime/integer_math.hpp"
 #include "runtime/workspace.hpp"
 
 namespace nanogpt {
@@ -24,6 +26,16 @@ int64_t set_attention_packed_budget(int64_t bytes) {
 
 std::byte* packing_workspace(int64_t bytes) {
   return Workspace::current().get("attention.packed", static_cast<size_t>(bytes));
+}
+
+TileScratch::TileScratch(std::initializer_list<int64_t> bytes, int workers) {
+  int64_t total = 0;
+  for (int64_t b : bytes) {
+    offsets_.push_back(total);
+    total += round_up(b, static_cast<int64_t>(kCacheLine));
+  }
+  lanes_ = Workspace::current().lanes("attention.tiles", workers, static_cast<size_t>(total),
+                                      /*zero_new=*/true);
 }
 
 void sort_tasks(std::vector<Task>& tasks) {

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "kernels/gemm/tile_gemm.hpp"
@@ -25,6 +27,27 @@ int64_t heads_per_group(int64_t bytes_per_head, int64_t H);
 // across calls so that each call does not fault its pages in again. Call it on the calling
 // thread, before the parallel loops: workers use the pointer, never the workspace.
 std::byte* packing_workspace(int64_t bytes);
+
+// Each pool worker's tile buffers for one call (scores, probabilities, accumulators): arrays of
+// the given byte sizes, each 64-byte aligned, carved from the worker's lane of slot
+// "attention.tiles" of Workspace::current(), so they are counted with the model's workspace
+// and kept for the next call instead of allocated (and the scores zeroed) at every call. Made on
+// the calling thread, before the parallel loops. The lanes are zeroed when they grow; later
+// calls find the previous call's values, as a worker's later tasks in one call always did.
+class TileScratch {
+ public:
+  TileScratch(std::initializer_list<int64_t> bytes, int workers);
+  float* floats(int worker, size_t array) const {
+    return reinterpret_cast<float*>(lanes_[static_cast<size_t>(worker)] + offsets_[array]);
+  }
+  std::byte* bytes(int worker, size_t array) const {
+    return lanes_[static_cast<size_t>(worker)] + offsets_[array];
+  }
+
+ private:
+  std::vector<int64_t> offsets_;
+  std::span<std::byte* const> lanes_;
+};
 
 // One operand of the heads [h0, h0 + heads) of a group, packed in blocks of one tile of tokens,
 // tiles [t0, t0 + nt): block (h, t) at ((h − h0)·nt + t − t0)·block_bytes. Carved from the
