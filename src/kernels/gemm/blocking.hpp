@@ -23,7 +23,8 @@ GemmBlocking default_blocking(const MicroKernel& kernel, int64_t M, int64_t N, i
 // row blocks (GemmBlocking::row_parts), refitted to each height they are used at.
 std::vector<GemmBlocking> blocking_candidates(const MicroKernel& kernel, int64_t M, int64_t N,
                                               int64_t K, int threads);
-// mc, nc, kc rounded up to the kernel's granularity and clipped to the problem.
+// mc, nc, kc rounded up to the kernel's granularity and clipped to the problem; row_parts, if
+// set, gives mc for this M (the result has row_parts 0).
 GemmBlocking normalized(const GemmBlocking& b, const MicroKernel& kernel, int64_t M, int64_t N,
                         int64_t K);
 
