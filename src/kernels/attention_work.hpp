@@ -37,11 +37,11 @@ std::byte* packing_workspace(int64_t bytes);
 class TileScratch {
  public:
   TileScratch(std::initializer_list<int64_t> bytes, int workers);
-  float* floats(int worker, size_t array) const {
-    return reinterpret_cast<float*>(lanes_[static_cast<size_t>(worker)] + offsets_[array]);
-  }
   std::byte* bytes(int worker, size_t array) const {
     return lanes_[static_cast<size_t>(worker)] + offsets_[array];
+  }
+  float* floats(int worker, size_t array) const {
+    return reinterpret_cast<float*>(bytes(worker, array));
   }
 
  private:
