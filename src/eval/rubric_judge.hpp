@@ -48,7 +48,7 @@ double yes_probability_from_logprobs(double yes_logprob, double no_logprob);
 // prompt (ModelScorer::continuation_logprobs: the prompt once into a K/V cache, both answers from
 // copies of it), and p = softmax of the two. Each answer's log-likelihood is summed over its
 // tokens, should the tokenizer split it. Prompts are scored max_prompts_per_call at a time in
-// one batched scorer call (16, the suite runner's batch of choice cases). Like its scorer, a
+// one batched scorer call (kDefaultPromptsPerCall unless set). Like its scorer, a
 // ModelJudge serves one thread at a time.
 class ModelJudge final : public RubricJudge {
  public:

@@ -58,8 +58,9 @@ int64_t samples_of(const SuiteCase& c, const SuiteRunOptions& o) {
 
 // Consecutive cases scored by one call: text cases alone; choice cases up to kChoiceCases;
 // generate cases up to kGenerateRows samples and kGenerateCases cases. Either also stops at
-// kCacheBytes of K/V caches (at least one case per batch). Fixed by the suite alone, so the
-// batches, hence every result, do not depend on the number of workers.
+// kCacheBytes of K/V caches (at least one case per batch). Fixed by the suite and the repeats
+// (samples × repeats per sampled case), so the batches, hence every result, do not depend on
+// the number of workers.
 // Measured on fortunes-choice and a 4-sample addition suite (2 cores): 8 and 16 choice cases
 // alike, 32 slower (activations leave the cache); 256 generate rows ~5% faster than 64 (each
 // step's products pack their weights once for more rows). Since a cached forward keeps one
