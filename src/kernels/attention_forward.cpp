@@ -87,7 +87,7 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
         float m[kBq], l[kBq], alpha[kBq];
         int32_t lo[kBq], hi[kBq];
       } w;
-      std::fill(o, o + rows * dn, 0.0f);
+      std::fill(o, o + g.rows_written(nq) * dn, 0.0f);
       std::fill(w.m, w.m + kBq, kNegInf);
       std::fill(w.l, w.l + kBq, 0.0f);
       const TaskScope scope(g);
@@ -100,7 +100,7 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
         g.product(t.nk, nq, g.dk(), k_pack.at(kv, kt), Block::kRowsByD, q_packed, Block::kTileByD,
                   s, kBq, false);
         mask.visible_ranges(t, kind, fv.data(), w.lo, w.hi);
-        online_softmax_tile(s, t.nk, w.lo, w.hi, kind == TileMask::kFull, p.scale, w.m, w.l,
+        online_softmax_tile(s, t.nk, nq, w.lo, w.hi, kind == TileMask::kFull, p.scale, w.m, w.l,
                             w.alpha);
         scale_rows(o, nq, dn, w.alpha);
         g.pack_a(s, kBq, Trans::kYes, nq, t.nk, Block::kRowsByTile, p_packed);

@@ -1,30 +1,35 @@
 #include "kernels/attention_tile_math.hpp"
 
+#include <algorithm>
+
 #include "kernels/attention_mask.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/exp_approx.hpp"
 #include "kernels/gemm/bf16_avx512.hpp"
 #include "kernels/target.hpp"
 #include "runtime/cpu_info.hpp"
+#include "runtime/integer_math.hpp"
 
 NANOGPT_ALLOW_AVX512_INTRINSICS
 
 namespace nanogpt {
 
-NANOGPT_TARGET_CLONES void online_softmax_tile(float* s, int64_t nk, const int32_t* lo,
+NANOGPT_TARGET_CLONES void online_softmax_tile(float* s, int64_t nk, int64_t nq, const int32_t* lo,
                                                const int32_t* hi, bool full, float scale, float* m,
                                                float* l, float* alpha) {
+  // Whole vectors of lanes (16 is a multiple of every clone's width), at most the tile's.
+  const int64_t lanes = std::min(round_up(nq, int64_t{16}), kBq);
   float mx[kBq], m_new[kBq], sum[kBq];
-  for (int64_t q = 0; q < kBq; ++q) mx[q] = kNegInf;
+  for (int64_t q = 0; q < lanes; ++q) mx[q] = kNegInf;
   for (int32_t j = 0; j < static_cast<int32_t>(nk); ++j) {
     const float* row = s + j * kBq;
-    for (int64_t q = 0; q < kBq; ++q) {
+    for (int64_t q = 0; q < lanes; ++q) {
       const float x = scale * row[q];
       const bool in = full || (j >= lo[q] && j < hi[q]);
       mx[q] = in && x > mx[q] ? x : mx[q];
     }
   }
-  for (int64_t q = 0; q < kBq; ++q) {
+  for (int64_t q = 0; q < lanes; ++q) {
     m_new[q] = mx[q] > m[q] ? mx[q] : m[q];
     // Nothing visible yet leaves m at -inf, and -inf − -inf would be NaN.
     alpha[q] = mx[q] == kNegInf ? 1.0f : exp_approx(m[q] - m_new[q]);  // 0 on the first visit
@@ -32,14 +37,14 @@ NANOGPT_TARGET_CLONES void online_softmax_tile(float* s, int64_t nk, const int32
   }
   for (int32_t j = 0; j < static_cast<int32_t>(nk); ++j) {
     float* row = s + j * kBq;
-    for (int64_t q = 0; q < kBq; ++q) {
+    for (int64_t q = 0; q < lanes; ++q) {
       const bool in = full || (j >= lo[q] && j < hi[q]);
       const float e = in ? exp_approx(scale * row[q] - m_new[q]) : 0.0f;
       row[q] = e;
       sum[q] += e;
     }
   }
-  for (int64_t q = 0; q < kBq; ++q) {
+  for (int64_t q = 0; q < lanes; ++q) {
     l[q] = l[q] * alpha[q] + sum[q];
     m[q] = m_new[q];
   }

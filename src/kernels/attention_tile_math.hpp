@@ -12,14 +12,16 @@ namespace nanogpt {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // A forward score tile, transposed: s[j·kBq + q] is the raw score of query q and key j, for
-// keys j < nk, and query q sees keys [lo[q], hi[q]) (all nk when `full`). Runs the online
-// softmax over it: leaves p = exp(scale·s − m_new) there (0 where hidden), updates each
-// query's running max m and sum l, and sets alpha[q], the factor its output row must be scaled
-// by. With queries along the vector lanes, the max and the sum are plain lane-wise updates in
-// key order, so there are no horizontal reductions and the rounding of a sum depends on the
-// tile alone; masking by range rather than by writing -inf first saves a pass.
-void online_softmax_tile(float* s, int64_t nk, const int32_t* lo, const int32_t* hi, bool full,
-                         float scale, float* m, float* l, float* alpha);
+// keys j < nk and queries q < nq, and query q sees keys [lo[q], hi[q]) (all nk when `full`).
+// Runs the online softmax over it: leaves p = exp(scale·s − m_new) there (0 where hidden),
+// updates each query's running max m and sum l, and sets alpha[q], the factor its output row
+// must be scaled by. With queries along the vector lanes, the max and the sum are plain
+// lane-wise updates in key order, so there are no horizontal reductions and the rounding of a
+// sum depends on the tile alone; masking by range rather than by writing -inf first saves a
+// pass. Lanes are worked in whole vectors up to nq rounded to 16; past nq their values mean
+// nothing.
+void online_softmax_tile(float* s, int64_t nk, int64_t nq, const int32_t* lo, const int32_t* hi,
+                         bool full, float scale, float* m, float* l, float* alpha);
 
 // Row i of o[rows × n] *= alpha[i], skipping the rows whose max did not grow.
 void scale_rows(float* o, int64_t rows, int64_t n, const float* alpha);

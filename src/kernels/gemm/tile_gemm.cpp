@@ -43,23 +43,23 @@ TileGemm::TileGemm(const MicroKernel& kernel, Precision precision, int64_t tile,
 
 void TileGemm::pack_a(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid,
                       Block b, std::byte* out) const {
-  const int64_t kp = b == Block::kRowsByD ? dk_ : tile_;
   const std::vector<int64_t>& off = offsets(b);
-  for (size_t p = 0; p < off.size(); ++p) {
-    const int64_t first = static_cast<int64_t>(p) * mr_;
-    pack_a_(src, ld, trans, first, std::clamp<int64_t>(valid - first, 0, mr_), k_valid, kp,
-            out + off[p]);
+  const int64_t kp = k_steps(k_valid), panels = ceil_div(valid, mr_);
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t first = p * mr_;
+    pack_a_(src, ld, trans, first, std::min(valid - first, mr_), k_valid, kp,
+            out + off[static_cast<size_t>(p)]);
   }
 }
 
 void TileGemm::pack_b(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid,
                       Block b, std::byte* out) const {
-  const int64_t kp = b == Block::kTileByD ? dk_ : tile_;
   const std::vector<int64_t>& off = offsets(b);
-  for (size_t p = 0; p < off.size(); ++p) {
-    const int64_t first = static_cast<int64_t>(p) * nr_;
-    pack_b_(src, ld, trans, first, std::clamp<int64_t>(valid - first, 0, nr_), k_valid, kp,
-            out + off[p]);
+  const int64_t kp = k_steps(k_valid), panels = ceil_div(valid, nr_);
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t first = p * nr_;
+    pack_b_(src, ld, trans, first, std::min(valid - first, nr_), k_valid, kp,
+            out + off[static_cast<size_t>(p)]);
   }
 }
 

@@ -40,7 +40,10 @@ class TileGemm {
   int64_t k_steps(int64_t k) const { return round_up(k, ks_); }
 
   // An A block of `valid` rows of Y (Y[i][k] = src[i·ld + k], or src[k·ld + i] transposed) and
-  // k_valid values of k; the rest of the block is zero.
+  // k_valid values of k: only what a product may read of it, the micro-panels holding those
+  // rows (rows past `valid` in the last one zero) over k_steps(k_valid) values of k (zero past
+  // k_valid). The rest of the block is not written: a tile of a few tokens (a short prompt,
+  // a choice scored over a cache) would otherwise pack mostly zeros, several times its data.
   void pack_a(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
               std::byte* out) const;
 
@@ -49,9 +52,13 @@ class TileGemm {
               std::byte* out) const;
 
   // c[0:rows, 0:cols] (+)= A·B over the first kc values of k, rows and cols rounded up to
-  // whole micro-tiles (c must have room for them).
+  // whole micro-tiles (c must have room for them). Reads only what the packers wrote when rows
+  // and cols are at most the blocks' `valid` and kc at most k_steps of their k_valid.
   void product(int64_t rows, int64_t cols, int64_t kc, const std::byte* a, Block ba,
                const std::byte* b, Block bb, float* c, int64_t ldc, bool accumulate) const;
+
+  // The rows of c a product of `rows` rows writes: rounded up to the micro-tile.
+  int64_t rows_written(int64_t rows) const { return round_up(rows, mr_); }
 
   void begin_task() const {
     if (kernel_.begin_task != nullptr) kernel_.begin_task();

@@ -1,0 +1,101 @@
+// TileGemm (kernels/gemm/tile_gemm.hpp), the tile products attention runs: on every micro-kernel
+// and partial tiles of every size class, the packers write only what the products read and the
+// products read nothing else. Packed blocks start as NaN, so a product that read a value the
+// packers left alone would turn its outputs NaN; each output is checked against a double
+// reference of the same operands (rounded to bf16 where the kernel's packers round them).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.hpp"
+#include "kernels/gemm/tile_gemm.hpp"
+#include "support/kernels.hpp"
+
+namespace nanogpt {
+namespace {
+
+constexpr int64_t kTile = 64;
+
+// A packed block buffer, every byte of it a NaN to begin with.
+std::vector<std::byte> nan_block(const TileGemm& g, Block b) {
+  std::vector<float> nan(static_cast<size_t>(g.bytes(b)) / sizeof(float),
+                         std::numeric_limits<float>::quiet_NaN());
+  std::vector<std::byte> out(static_cast<size_t>(g.bytes(b)));
+  std::memcpy(out.data(), nan.data(), out.size());
+  return out;
+}
+
+float operand(float x, PackSource source) {
+  return source == PackSource::kF32ToBf16 ? round_to_bf16(x) : x;
+}
+
+struct Shape {
+  int64_t rows, cols, k;  // valid rows of A, columns of B, values of k
+};
+
+// c = A·B for A [rows × k] and B [k × cols], packed as the two blocks attention's P·V product
+// uses (A: rows of the tile by tile tokens as k; B: D columns by tile tokens as k) or as its
+// score product uses (A: rows by D as k; B: tile columns by D as k).
+void check_product(const MicroKernel& kernel, PackSource source, Shape s, bool k_is_tile,
+                   uint32_t seed) {
+  const Precision precision =
+      source == PackSource::kF32ToBf16 ? Precision::kBf16 : Precision::kFp32;
+  const int64_t D = k_is_tile ? s.cols : s.k;  // the head dimension of the blocks
+  const TileGemm g(kernel, precision, kTile, D);
+  const Block ba = k_is_tile ? Block::kRowsByTile : Block::kRowsByD;
+  const Block bb = k_is_tile ? Block::kDByTile : Block::kTileByD;
+  const std::vector<float> a = random_values(static_cast<size_t>(s.rows * s.k), seed);
+  const std::vector<float> b = random_values(static_cast<size_t>(s.k * s.cols), seed + 1);
+  std::vector<std::byte> pa = nan_block(g, ba), pb = nan_block(g, bb);
+  g.pack_a(a.data(), s.k, Trans::kNo, s.rows, s.k, ba, pa.data());
+  // B's rows of Y = Bᵀ are its columns: B [k × cols] read transposed.
+  g.pack_b(b.data(), s.cols, Trans::kYes, s.cols, s.k, bb, pb.data());
+  const int64_t ldc = g.dn() > kTile ? g.dn() : kTile;
+  std::vector<float> c(static_cast<size_t>(g.rows() * ldc), 0.0f);
+  {
+    const TaskScope scope(g);
+    g.product(s.rows, s.cols, g.k_steps(s.k), pa.data(), ba, pb.data(), bb, c.data(), ldc, false);
+  }
+  const std::string who = std::string(kernel.isa) +
+                          (source == PackSource::kF32ToBf16 ? " bf16" : " fp32") +
+                          " rows=" + std::to_string(s.rows) + " cols=" + std::to_string(s.cols) +
+                          " k=" + std::to_string(s.k) + (k_is_tile ? " (P·V)" : " (scores)");
+  for (int64_t i = 0; i < s.rows; ++i) {
+    for (int64_t j = 0; j < s.cols; ++j) {
+      double want = 0.0, magnitude = 0.0;
+      for (int64_t k = 0; k < s.k; ++k) {
+        const double term = static_cast<double>(operand(a[i * s.k + k], source)) *
+                            operand(b[k * s.cols + j], source);
+        want += term;
+        magnitude += std::fabs(term);
+      }
+      const float got = c[static_cast<size_t>(i * ldc + j)];
+      ASSERT_TRUE(std::isfinite(got))
+          << who << ": c[" << i << "][" << j << "] read a value the packers did not write";
+      // fp32 sums of s.k products: within k·2^-24 of the sum of magnitudes, with room to spare.
+      EXPECT_NEAR(got, want, 4.0 * static_cast<double>(s.k) * 0x1p-24 * magnitude + 1e-30)
+          << who << ": c[" << i << "][" << j << "]";
+    }
+  }
+}
+
+TEST(TileGemm, PartialTilesReadOnlyWhatThePackersWrote) {
+  // Rows and k of one token up to a whole tile, past and short of every mr (4 to 32), nr (8 to
+  // 32) and k step (1, 2, 32); head dims that pad to nr and to the k step.
+  const Shape p_v[] = {{1, 16, 1},   {3, 24, 5},  {10, 128, 20},
+                       {17, 40, 33}, {33, 8, 63}, {64, 128, 64}};
+  const Shape scores[] = {{1, 1, 16}, {5, 10, 24}, {20, 10, 128}, {33, 17, 40}, {64, 64, 36}};
+  uint32_t seed = 1;
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
+    for (const Shape& s : p_v) check_product(kernel, source, s, /*k_is_tile=*/true, seed += 2);
+    for (const Shape& s : scores) check_product(kernel, source, s, /*k_is_tile=*/false, seed += 2);
+  }
+}
+
+}  // namespace
+}  // namespace nanogpt
