@@ -1,10 +1,15 @@
 // Time of the tiled attention, forward and backward, on the model's shapes, fp32 and bf16.
 //
-//   attention_bench [--preset cpu|speedrun|all] [--precision fp32|bf16|both] [--warmup 1]
-//                   [--repeats 5] [--threads N] [--packed-budget BYTES] [--kv-heads N]
+//   attention_bench [--preset cpu|speedrun|cached|all] [--precision fp32|bf16|both]
+//                   [--warmup 1] [--repeats 5] [--threads N] [--packed-budget BYTES]
+//                   [--kv-heads N]
 //
 // cpu: T = 512, H = 2, D = 128, one document, a window of 4 blocks of 128 (the whole sequence).
 // speedrun: T = 1024, H = 6, D = 128, one document, a window of 8 blocks (the whole sequence).
+// cached: the forward alone of a few queries over a K/V cache, the calls an evaluation makes
+// (cpu preset's heads; a fortunes-choice ending is ~10 tokens after a ~10-token context, a
+// prompt ~20): T = 1, 10 and 20 new queries after T_kv − T cached positions, reported in
+// microseconds per call over 2,000 calls, where per-call costs (packing, setup) show.
 // --kv-heads N: grouped-query attention with N key/value heads (must divide H of every preset
 // run; default: H, multi-head); the FLOP counts are those of H query heads either way.
 // Prints one JSON line per (preset, precision): best and median milliseconds of the forward,
@@ -26,6 +31,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -50,7 +56,8 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "attention_bench: " << problem << "\n"
-            << "usage: attention_bench [--preset cpu|speedrun|all] [--precision fp32|bf16|both] "
+            << "usage: attention_bench [--preset cpu|speedrun|cached|all] "
+               "[--precision fp32|bf16|both] "
                "[--warmup N] [--repeats N] [--threads N] [--packed-budget BYTES] [--kv-heads N]\n";
   std::exit(2);
 }
@@ -73,7 +80,10 @@ Options parse(int argc, char** argv) {
     const char* v = argv[++i];
     if (a == "--preset") {
       o.preset = v;
-      if (o.preset != "cpu" && o.preset != "speedrun" && o.preset != "all") usage("bad --preset");
+      if (o.preset != "cpu" && o.preset != "speedrun" && o.preset != "cached" &&
+          o.preset != "all") {
+        usage("bad --preset");
+      }
     } else if (a == "--precision") {
       o.precision = v;
       if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "both") {
@@ -213,13 +223,77 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
       {"loadavg_after", load_after}};
 }
 
+// The forward of T queries over T_kv positions (the last T are the queries'), one document,
+// no window: each call as a cached forward makes it, timed over many calls.
+nlohmann::json run_cached(int64_t T, int64_t T_kv, Precision precision, const Options& o) {
+  constexpr int64_t H = 2, D = 128, kCalls = 2000;
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> qk(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(T * H * D)), k(static_cast<size_t>(T_kv * H * D)),
+      v(static_cast<size_t>(T_kv * H * D));
+  for (float& x : q) x = qk(rng);
+  for (float& x : k) x = qk(rng);
+  for (float& x : v) x = u(rng);
+  std::vector<int32_t> doc(static_cast<size_t>(T_kv), 0);
+  AttentionParams p;
+  p.T = T;
+  p.T_kv = T_kv;
+  p.H = H;
+  p.D = D;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.ld_q = H * D;
+  p.ld_kv = H * D;
+  p.doc = doc.data();
+  p.window_blocks = T_kv / 128 + 1;
+  p.block_size = 128;
+  p.scale = 0.12f;
+  p.precision = precision;
+  std::vector<float> out(static_cast<size_t>(T * H * D)), lse(static_cast<size_t>(H * T));
+  const double load_before = nanogpt::load_average();
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> us;
+  for (int rep = 0; rep < o.warmup + o.repeats; ++rep) {
+    const auto t0 = Clock::now();
+    for (int64_t c = 0; c < kCalls; ++c) nanogpt::attention_forward(p, out.data(), lse.data());
+    const double per_call =
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / kCalls;
+    if (rep >= o.warmup) us.push_back(per_call);
+  }
+  const double load_after = nanogpt::load_average();
+  // Query i sits at position T_kv − T + i and sees every position up to its own.
+  double pairs = 0;
+  for (int64_t i = 0; i < T; ++i) pairs += static_cast<double>(T_kv - T + i + 1);
+  const Stats st = stats(us);
+  const bool bf16 = precision == Precision::kBf16;
+  return {
+      {"bench", "attention"},
+      {"preset", "cached"},
+      {"T", T},
+      {"T_kv", T_kv},
+      {"H", H},
+      {"D", D},
+      {"precision", bf16 ? "bf16" : "fp32"},
+      {"kernel", bf16 ? nanogpt::active_bf16_microkernel().isa : nanogpt::active_microkernel().isa},
+      {"threads", nanogpt::ThreadPool::current().size()},
+      {"calls", kCalls},
+      {"repeats", o.repeats},
+      {"fwd_us_per_call", st.best},
+      {"fwd_us_per_call_median", st.median},
+      {"fwd_gflops", 4 * pairs * H * D / (st.best * 1e3)},
+      {"loadavg_before", load_before},
+      {"loadavg_after", load_after}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   std::vector<Shape> shapes;
-  if (o.preset != "speedrun") shapes.push_back({"cpu", 512, 2, 128, 4});
-  if (o.preset != "cpu") shapes.push_back({"speedrun", 1024, 6, 128, 8});
+  if (o.preset == "cpu" || o.preset == "all") shapes.push_back({"cpu", 512, 2, 128, 4});
+  if (o.preset == "speedrun" || o.preset == "all") shapes.push_back({"speedrun", 1024, 6, 128, 8});
   std::vector<Precision> precisions;
   if (o.precision != "bf16") precisions.push_back(Precision::kFp32);
   if (o.precision != "fp32") precisions.push_back(Precision::kBf16);
@@ -229,6 +303,13 @@ int main(int argc, char** argv) {
   if (o.packed_budget > 0) nanogpt::set_attention_packed_budget(o.packed_budget);
   for (const Shape& s : shapes) {
     for (Precision precision : precisions) std::cout << run(s, precision, o).dump() << std::endl;
+  }
+  if (o.preset == "cached" || o.preset == "all") {
+    for (const auto& [T, T_kv] : {std::pair<int64_t, int64_t>{1, 20}, {10, 20}, {20, 40}}) {
+      for (Precision precision : precisions) {
+        std::cout << run_cached(T, T_kv, precision, o).dump() << std::endl;
+      }
+    }
   }
   return 0;
 }
