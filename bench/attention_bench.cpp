@@ -236,21 +236,20 @@ nlohmann::json run_cached(int64_t T, int64_t T_kv, Precision precision, const Op
   for (float& x : k) x = qk(rng);
   for (float& x : v) x = u(rng);
   std::vector<int32_t> doc(static_cast<size_t>(T_kv), 0);
-  AttentionParams p;
-  p.T = T;
-  p.T_kv = T_kv;
-  p.H = H;
-  p.D = D;
-  p.q = q.data();
-  p.k = k.data();
-  p.v = v.data();
-  p.ld_q = H * D;
-  p.ld_kv = H * D;
-  p.doc = doc.data();
-  p.window_blocks = T_kv / 128 + 1;
-  p.block_size = 128;
-  p.scale = 0.12f;
-  p.precision = precision;
+  const AttentionParams p{.T = T,
+                          .T_kv = T_kv,
+                          .H = H,
+                          .D = D,
+                          .q = q.data(),
+                          .k = k.data(),
+                          .v = v.data(),
+                          .ld_q = H * D,
+                          .ld_kv = H * D,
+                          .doc = doc.data(),
+                          .window_blocks = T_kv / 128 + 1,  // no window
+                          .block_size = 128,
+                          .scale = 0.12f,
+                          .precision = precision};
   std::vector<float> out(static_cast<size_t>(T * H * D)), lse(static_cast<size_t>(H * T));
   const double load_before = nanogpt::load_average();
   using Clock = std::chrono::steady_clock;
