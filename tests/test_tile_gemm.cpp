@@ -5,6 +5,7 @@
 // reference of the same operands (rounded to bf16 where the kernel's packers round them).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -55,7 +56,7 @@ void check_product(const MicroKernel& kernel, PackSource source, Shape s, bool k
   g.pack_a(a.data(), s.k, Trans::kNo, s.rows, s.k, ba, pa.data());
   // B's rows of Y = Bᵀ are its columns: B [k × cols] read transposed.
   g.pack_b(b.data(), s.cols, Trans::kYes, s.cols, s.k, bb, pb.data());
-  const int64_t ldc = g.dn() > kTile ? g.dn() : kTile;
+  const int64_t ldc = std::max(g.dn(), kTile);
   std::vector<float> c(static_cast<size_t>(g.rows() * ldc), 0.0f);
   {
     const TaskScope scope(g);
