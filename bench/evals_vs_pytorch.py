@@ -25,9 +25,12 @@ soft-cap); --mode both runs both and reports the faster.
 
 Timing: --repeats rounds, each ours (both suites) then the peer (both suites, each mode) back to
 back; each side's best round is compared, and the per-round seconds and ratios are printed (a
-single pair's ratio moves with whatever else shares the cores). Ours is the report's duration_seconds (tokenizing and scoring every case; loading the
-model excluded); PyTorch's is the scoring loop over pre-tokenized cases (tokenizing excluded,
-which favours PyTorch slightly). Tokens/s: choice — the suite's tokens (context and choices of
+single pair's ratio moves with whatever else shares the cores). Ours is the report's
+duration_seconds (tokenizing and scoring every case; loading the model excluded); PyTorch's is
+the scoring loop over pre-tokenized cases (tokenizing excluded, which favours PyTorch slightly).
+Both are warmed alike: the peer scores the choice suite's first two cases before its timed
+loops, ours runs with `--warmup 2` (its first two cases scored once, untimed: the weights packed
+and the first batch's memory touched, as the peer's warm-up does its one-time work). Tokens/s: choice — the suite's tokens (context and choices of
 every case) per second, the same count for both sides; generation — tokens generated per second
 (each side counts its own: sampled completions differ between the two random streams).
 Prints one JSON line per suite with cases/s and tokens/s of both and the ratio ours / PyTorch,
@@ -283,7 +286,8 @@ def generate(model, tok, prompt, n, max_tokens, temperature, top_k, stops, gen):
 
 def run_ours(args, suite, report_path, precision=None):
     cmd = [args.nanogpt, "evals", "run", suite, "--checkpoint", args.checkpoint, "--quiet",
-           "--seed", str(args.seed), "--threads", str(args.ours_threads), "--report-json", report_path]
+           "--seed", str(args.seed), "--threads", str(args.ours_threads), "--warmup", "2",
+           "--report-json", report_path]
     if precision:
         cmd += ["--precision", precision]
     env = dict(os.environ, NANOGPT_THREADS=str(args.threads))

@@ -54,6 +54,24 @@ TEST(EvalCli, RunCompareAndAddFailuresOnAMicroCheckpoint) {
     expect_contains(read_file(d + "/" + name + "-report.md"), "| case |");
   }
   expect_contains(read_file(d + "/bpb-report.md"), "bits_per_byte");
+
+  // A warm-up changes durations only: the completions of the run above, on one worker.
+  auto warm = run_nanogpt("evals run " + d + "/add.json --checkpoint " + d +
+                          "/run --warmup 2 --report-json " + d + "/add-warm.json");
+  ASSERT_EQ(warm.exit_code, 0) << warm.err;
+  const EvalReport before = parse_report(read_file(d + "/add-report.json"), "add");
+  const EvalReport after = parse_report(read_file(d + "/add-warm.json"), "add-warm");
+  ASSERT_EQ(after.cases.size(), before.cases.size());
+  for (size_t i = 0; i < before.cases.size(); ++i) {
+    ASSERT_EQ(after.cases[i].samples.size(), before.cases[i].samples.size());
+    for (size_t s = 0; s < before.cases[i].samples.size(); ++s) {
+      EXPECT_EQ(after.cases[i].samples[s].output, before.cases[i].samples[s].output);
+    }
+  }
+  auto bad_warmup =
+      run_nanogpt("evals run " + d + "/add.json --checkpoint " + d + "/run --warmup -1");
+  EXPECT_NE(bad_warmup.exit_code, 0);
+  expect_contains(bad_warmup.err, "--warmup");
   expect_contains(read_file(d + "/choice-report.md"), "acc_norm");
 
   // A report against itself: nothing changed, nothing significant.

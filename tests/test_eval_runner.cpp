@@ -29,6 +29,7 @@
 #include "model/decoder.hpp"
 #include "model/kv_cache.hpp"
 #include "runtime/error.hpp"
+#include "runtime/profiler.hpp"
 #include "support/micro_tokenizer.hpp"
 #include "support/model.hpp"
 
@@ -456,6 +457,43 @@ TEST(EvalRunner, ReportsDoNotDependOnWorkersAndRepeatsMultiplySamples) {
     differs = differs || other.cases[2].samples[s].output != one.cases[2].samples[s].output;
   }
   EXPECT_TRUE(differs);
+}
+
+TEST(EvalRunner, WarmUpScoresCasesBeforeTheRunAndChangesNoOutput) {
+  const BpeTokenizer tok = micro_tokenizer();
+  auto a = micro_model();
+  auto b = micro_model();
+  const Suite suite = mixed_suite(3, 1.5);
+  SuiteRunOptions o;
+  o.window_blocks = kWindow;
+  o.seed = 7;
+  auto outputs = [](const EvalReport& r) {
+    std::vector<std::string> out;
+    for (const auto& c : r.cases) {
+      for (const auto& s : c.samples) {
+        out.push_back(s.output + "|" + std::to_string(s.text_logprob));
+        for (double lp : s.choice_logprobs) out.push_back(std::to_string(lp));
+      }
+    }
+    return out;
+  };
+  // Profiled, the warm-up shows as more scopes: it scored cases before the run.
+  Profiler::start();
+  const EvalReport cold = run_suite(suite, tok, {a.get()}, o);
+  const size_t cold_events = Profiler::recorded_events();
+  Profiler::start();
+  o.warmup_cases = 2;
+  const EvalReport warm = run_suite(suite, tok, {a.get()}, o);
+  const size_t warm_events = Profiler::recorded_events();
+  Profiler::stop();
+  EXPECT_GT(warm_events, cold_events);
+  EXPECT_EQ(outputs(warm), outputs(cold));
+  EXPECT_EQ(warm.cases.size(), cold.cases.size());
+  // More cases than the suite has: all of them, once; with two workers, on each model.
+  o.warmup_cases = 1000;
+  EXPECT_EQ(outputs(run_suite(suite, tok, {a.get(), b.get()}, o)), outputs(cold));
+  o.warmup_cases = -1;
+  EXPECT_THROW(run_suite(suite, tok, {a.get()}, o), InputError);
 }
 
 double brute_force_pass_at_k(const std::vector<bool>& passed, int64_t k) {

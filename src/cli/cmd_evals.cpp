@@ -238,6 +238,7 @@ void register_run(CLI::App& evals) {
     int64_t seed = 0;
     int threads = 0;
     int64_t repeats = 1;
+    int64_t warmup = 0;
     int64_t window = 0;
     std::string precision, profile;
     bool quiet = false;
@@ -258,6 +259,12 @@ void register_run(CLI::App& evals) {
                   "Completions per sampled generate case are samples x repeats (pass@k, mean@n)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--warmup", a->warmup,
+                  "Score the first N cases once before the run, untimed, results dropped: "
+                  "durations then leave out one-time costs (packing the weights, first "
+                  "touches). For benchmarks; outputs do not change")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_option("--tokenizer", a->tokenizer,
                   "Tokenizer (default: the one recorded with the checkpoint's training data)");
   add_checkpoint_window_option(cmd, a->window);
@@ -293,6 +300,7 @@ void register_run(CLI::App& evals) {
     SuiteRunOptions o;
     o.seed = static_cast<uint64_t>(a->seed);
     o.repeats = a->repeats;
+    o.warmup_cases = a->warmup;
     o.window_blocks = a->window > 0 ? a->window : attention_window_at(c, c.num_iterations);
     ProgressLine progress("evals run " + suite.name);
     o.progress = [&progress](size_t done, size_t total) { progress.update(done, total); };

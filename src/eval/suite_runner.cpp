@@ -239,6 +239,24 @@ void run_batch(const Suite& suite, Batch b, const BpeTokenizer& tok, ModelScorer
   }
 }
 
+// SuiteRunOptions::warmup_cases: the run's own batches cut at that many cases, on each model
+// in turn (with several, each on a single-thread pool, as its worker runs), results dropped.
+void warm_up(const Suite& suite, const std::vector<Batch>& batches, const BpeTokenizer& tok,
+             const std::vector<std::unique_ptr<ModelScorer>>& scorers, const SuiteRunOptions& o) {
+  const size_t end = static_cast<size_t>(
+      std::min<int64_t>(o.warmup_cases, static_cast<int64_t>(suite.cases.size())));
+  if (end == 0) return;
+  ThreadPool single(1);
+  for (const std::unique_ptr<ModelScorer>& scorer : scorers) {
+    ThreadPool& pool = scorers.size() == 1 ? ThreadPool::current() : single;
+    const ThreadPool::Use use(pool);
+    for (const Batch& b : batches) {
+      if (b.begin >= end) break;
+      observe_batch(suite, {b.begin, std::min(b.end, end)}, tok, *scorer, o);
+    }
+  }
+}
+
 }  // namespace
 
 void check_tokenizer_fits(const Suite& suite, const BpeTokenizer& tokenizer,
@@ -273,6 +291,11 @@ EvalReport run_suite(const Suite& suite, const BpeTokenizer& tokenizer,
                      const std::vector<Gpt*>& models, const SuiteRunOptions& options) {
   if (models.empty()) throw Error("internal: run_suite needs at least one model");
   if (options.repeats < 1) throw InputError("repeats must be at least 1");
+  if (options.warmup_cases < 0) throw InputError("warmup cases must be at least 0");
+  std::vector<std::unique_ptr<ModelScorer>> scorers;
+  for (Gpt* m : models) scorers.push_back(std::make_unique<ModelScorer>(*m, options.window_blocks));
+  const std::vector<Batch> batches = plan_batches(suite, models[0]->config(), options);
+  warm_up(suite, batches, tokenizer, scorers, options);
   const auto t0 = std::chrono::steady_clock::now();
   EvalReport report;
   report.suite = suite.name;
@@ -281,8 +304,6 @@ EvalReport run_suite(const Suite& suite, const BpeTokenizer& tokenizer,
   report.repeats = options.repeats;
   report.threads = static_cast<int64_t>(models.size());
   report.cases.resize(suite.cases.size());
-  std::vector<std::unique_ptr<ModelScorer>> scorers;
-  for (Gpt* m : models) scorers.push_back(std::make_unique<ModelScorer>(*m, options.window_blocks));
   std::mutex mutex;
   size_t done = 0;
   auto finished = [&] {
@@ -290,7 +311,6 @@ EvalReport run_suite(const Suite& suite, const BpeTokenizer& tokenizer,
     const std::lock_guard<std::mutex> lock(mutex);
     options.progress(++done, suite.cases.size());
   };
-  const std::vector<Batch> batches = plan_batches(suite, models[0]->config(), options);
   if (models.size() == 1) {
     for (const Batch& b : batches) {
       run_batch(suite, b, tokenizer, *scorers[0], options, report);

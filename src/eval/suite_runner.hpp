@@ -39,6 +39,12 @@ struct SuiteRunOptions {
   int64_t window_blocks = 1;  // the long-layer attention window
   // A generate case without max_tokens stops at its stop strings or after this many tokens.
   int64_t unbounded_max_tokens = 1024;
+  // The first warmup_cases cases (at most all) are scored once on every model before the run,
+  // untimed, and their results dropped: the report's durations then leave out what only a
+  // first batch pays (packing the weights, the first touch of activations and caches), as a
+  // benchmark's warm-up leaves it out of its timing. Outputs do not change (randomness is per
+  // case and sample, above).
+  int64_t warmup_cases = 0;
   // Called (under a lock, from any worker) after each case: cases done, cases in all.
   std::function<void(size_t, size_t)> progress;
 };
