@@ -138,7 +138,7 @@ TEST(EvalScorer, BatchedChoiceCasesEqualEachCaseAlone) {
 }
 
 // A call's caches are carved out of one arena: each choice's cache holds its prefix (EOT and
-// the context but its last token) and its continuation, no more; a smaller call reuses the
+// the context) and its continuation but its last token, no more; a smaller call reuses the
 // arena without growing it.
 TEST(EvalScorer, ChoiceCachesTakeWhatEachChoiceNeedsFromOneArena) {
   const BpeTokenizer tok = micro_tokenizer();
@@ -155,7 +155,7 @@ TEST(EvalScorer, ChoiceCachesTakeWhatEachChoiceNeedsFromOneArena) {
   int64_t expected = 0;
   for (const ChoiceRequest& r : requests) {
     for (const auto& cont : r.continuations) {
-      // EOT + context but its last, then [last context token, continuation but its last].
+      // EOT + context, then the continuation but its last token.
       expected += KvCache::storage_bytes(model->config(),
                                          static_cast<int64_t>(r.context.size() + cont.size()));
     }

@@ -1,5 +1,6 @@
 #include "eval/model_scorer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/model_kernels.hpp"
@@ -109,20 +110,19 @@ std::vector<std::vector<double>> ModelScorer::continuation_logprobs(
       check_ids(cont, c, "a continuation");
     }
   }
-  // Per request, EOT and the context but its last token: the prefix its choices share, run
-  // into the cache of its first choice (slots: the requests' choices in order).
+  // Per request, EOT and the context: the prefix its choices share, run into the cache of its
+  // first choice (slots: the requests' choices in order).
   std::vector<std::vector<int32_t>> prefixes(requests.size());
   std::vector<size_t> first_slot(requests.size());
-  std::vector<int64_t> positions;  // per slot: its prefix and continuation
+  std::vector<int64_t> positions;  // per slot: its prefix and continuation but its last token
   for (size_t i = 0; i < requests.size(); ++i) {
     const ChoiceRequest& r = requests[i];
     first_slot[i] = positions.size();
     std::vector<int32_t>& prefix = prefixes[i];
     prefix.push_back(static_cast<int32_t>(c.eot_id));
-    for (size_t j = 0; j + 1 < r.context.size(); ++j)
-      prefix.push_back(static_cast<int32_t>(r.context[j]));
+    for (uint32_t t : r.context) prefix.push_back(static_cast<int32_t>(t));
     for (const auto& cont : r.continuations)
-      positions.push_back(static_cast<int64_t>(prefix.size() + cont.size()));
+      positions.push_back(static_cast<int64_t>(prefix.size() + cont.size() - 1));
   }
   make_caches(positions);
   std::vector<CachedSegment> segments;
@@ -133,9 +133,19 @@ std::vector<std::vector<double>> ModelScorer::continuation_logprobs(
   std::vector<std::vector<double>> out(requests.size());
   if (segments.empty()) return out;
   model_.forward_cached_batch(segments, window_blocks_);
-  // Every choice from a copy of its prefix, all choices of all requests in one forward; their
-  // final-norm rows are the head's input in order, and the head runs once over all of them:
-  // its product packs the whole vocabulary's weights per call.
+  // A prefix's last row predicts the first token of each of its choices: kept from here rather
+  // than run again once per choice.
+  const int64_t d = c.model_dim;
+  std::vector<float> last_rows(static_cast<size_t>(static_cast<int64_t>(requests.size()) * d));
+  int64_t prefix_rows = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].continuations.empty()) continue;
+    prefix_rows += static_cast<int64_t>(prefixes[i].size());
+    const float* row = model_.final_norm().data() + (prefix_rows - 1) * d;
+    std::copy(row, row + d, last_rows.begin() + static_cast<int64_t>(i) * d);
+  }
+  // Every choice but its last token from a copy of its prefix, all choices of all requests in
+  // one forward (a one-token choice runs nothing).
   std::vector<std::vector<int32_t>> inputs(positions.size());
   std::vector<int32_t> targets;
   segments.clear();
@@ -145,16 +155,29 @@ std::vector<std::vector<double>> ModelScorer::continuation_logprobs(
     for (size_t j = 0; j < r.continuations.size(); ++j) {
       const size_t slot = first_slot[i] + j;
       const std::vector<uint32_t>& cont = r.continuations[j];
-      inputs[slot].assign(1, static_cast<int32_t>(r.context.back()));
       for (size_t k = 0; k < cont.size(); ++k) {
         targets.push_back(static_cast<int32_t>(cont[k]));
         if (k + 1 < cont.size()) inputs[slot].push_back(static_cast<int32_t>(cont[k]));
       }
-      segments.push_back({inputs[slot], &caches_[slot]});
+      if (!inputs[slot].empty()) segments.push_back({inputs[slot], &caches_[slot]});
     }
   }
-  model_.forward_cached_batch(segments, window_blocks_);
-  const std::vector<float> lp = head_logprobs(model_.final_norm().data(), targets);
+  if (!segments.empty()) model_.forward_cached_batch(segments, window_blocks_);
+  // The head's rows, per choice: its prefix's last row, then its own rows. One head call over
+  // all of them: its product packs the whole vocabulary's weights per call.
+  std::vector<float> rows(targets.size() * static_cast<size_t>(d));
+  const float* choice_row = model_.final_norm().data();
+  auto next_row = rows.begin();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (const auto& cont : requests[i].continuations) {
+      const auto last = last_rows.begin() + static_cast<int64_t>(i) * d;
+      next_row = std::copy(last, last + d, next_row);
+      const int64_t own = static_cast<int64_t>(cont.size()) - 1;
+      next_row = std::copy(choice_row, choice_row + own * d, next_row);
+      choice_row += own * d;
+    }
+  }
+  const std::vector<float> lp = head_logprobs(rows.data(), targets);
   size_t row = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     for (const auto& cont : requests[i].continuations) {

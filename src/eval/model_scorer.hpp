@@ -5,10 +5,11 @@
 // Every sequence starts with <|endoftext|> (training documents do), so the first real token is
 // predicted too and a text's tokens cover every byte of it.
 //
-// Choices: the context (EOT + context tokens but its last) runs through the model into a K/V
-// cache; each continuation then runs from a copy of that cache, fed as [last context token,
-// continuation tokens but the last]; the final-norm rows of all choices are gathered and the
-// head's per-row losses over them (one call) are the continuations' token log-likelihoods. So the
+// Choices: the context (EOT + context tokens) runs through the model into a K/V cache; its last
+// final-norm row predicts every continuation's first token. Each continuation then runs from a
+// copy of that cache, fed as its tokens but the last (a one-token continuation runs nothing);
+// per continuation the context's last row and its own rows are gathered, and the head's per-row
+// losses over all of them (one call) are the continuations' token log-likelihoods. So the
 // context costs one forward however many choices it has, and each choice sees the context exactly
 // as a full forward of context+choice would (tested against forward_loss of the concatenation).
 //
