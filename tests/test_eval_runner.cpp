@@ -423,26 +423,37 @@ TEST(EvalRunner, GreedyCompletionsEqualTheDecoderArgmaxLoop) {
   EXPECT_EQ(r.cases[2].samples[0].output.find('.'), std::string::npos);
 }
 
+// Two reports of one suite give the same outputs: completions and log-likelihoods, case by case.
+void expect_same_outputs(const EvalReport& x, const EvalReport& y, const std::string& what) {
+  ASSERT_EQ(x.cases.size(), y.cases.size()) << what;
+  for (size_t i = 0; i < x.cases.size(); ++i) {
+    ASSERT_EQ(x.cases[i].samples.size(), y.cases[i].samples.size()) << what;
+    for (size_t s = 0; s < x.cases[i].samples.size(); ++s) {
+      EXPECT_EQ(x.cases[i].samples[s].output, y.cases[i].samples[s].output) << what;
+      EXPECT_EQ(x.cases[i].samples[s].choice_logprobs, y.cases[i].samples[s].choice_logprobs)
+          << what;
+      EXPECT_EQ(x.cases[i].samples[s].text_logprob, y.cases[i].samples[s].text_logprob) << what;
+    }
+  }
+}
+
+SuiteRunOptions seeded(uint64_t seed) {
+  SuiteRunOptions o;
+  o.window_blocks = kWindow;
+  o.seed = seed;
+  return o;
+}
+
 TEST(EvalRunner, ReportsDoNotDependOnWorkersAndRepeatsMultiplySamples) {
   const BpeTokenizer tok = micro_tokenizer();
   auto a = micro_model();
   auto b = micro_model();
   const Suite suite = mixed_suite(3, 1.5);
-  SuiteRunOptions o;
-  o.window_blocks = kWindow;
-  o.seed = 7;
+  SuiteRunOptions o = seeded(7);
   o.repeats = 2;
   EvalReport one = run_suite(suite, tok, {a.get()}, o);
   EvalReport two = run_suite(suite, tok, {a.get(), b.get()}, o);
-  ASSERT_EQ(one.cases.size(), two.cases.size());
-  for (size_t i = 0; i < one.cases.size(); ++i) {
-    ASSERT_EQ(one.cases[i].samples.size(), two.cases[i].samples.size());
-    for (size_t s = 0; s < one.cases[i].samples.size(); ++s) {
-      EXPECT_EQ(one.cases[i].samples[s].output, two.cases[i].samples[s].output);
-      EXPECT_EQ(one.cases[i].samples[s].choice_logprobs, two.cases[i].samples[s].choice_logprobs);
-      EXPECT_EQ(one.cases[i].samples[s].text_logprob, two.cases[i].samples[s].text_logprob);
-    }
-  }
+  expect_same_outputs(one, two, "one worker against two");
   // Sampled at temperature 1.5: 3 samples x 2 repeats; the greedy case once.
   EXPECT_EQ(one.cases[2].samples.size(), 6u);
   EXPECT_EQ(one.cases[3].samples.size(), 1u);
@@ -461,22 +472,9 @@ TEST(EvalRunner, ReportsDoNotDependOnWorkersAndRepeatsMultiplySamples) {
 
 TEST(EvalRunner, WarmUpScoresCasesBeforeTheRunAndChangesNoOutput) {
   const BpeTokenizer tok = micro_tokenizer();
-  auto a = micro_model();
-  auto b = micro_model();
   const Suite suite = mixed_suite(3, 1.5);
-  SuiteRunOptions o;
-  o.window_blocks = kWindow;
-  o.seed = 7;
-  auto outputs = [](const EvalReport& r) {
-    std::vector<std::string> out;
-    for (const auto& c : r.cases) {
-      for (const auto& s : c.samples) {
-        out.push_back(s.output + "|" + std::to_string(s.text_logprob));
-        for (double lp : s.choice_logprobs) out.push_back(std::to_string(lp));
-      }
-    }
-    return out;
-  };
+  auto a = micro_model();
+  SuiteRunOptions o = seeded(7);
   // Profiled, the warm-up shows as more scopes: it scored cases before the run.
   Profiler::start();
   const EvalReport cold = run_suite(suite, tok, {a.get()}, o);
@@ -487,11 +485,11 @@ TEST(EvalRunner, WarmUpScoresCasesBeforeTheRunAndChangesNoOutput) {
   const size_t warm_events = Profiler::recorded_events();
   Profiler::stop();
   EXPECT_GT(warm_events, cold_events);
-  EXPECT_EQ(outputs(warm), outputs(cold));
-  EXPECT_EQ(warm.cases.size(), cold.cases.size());
+  expect_same_outputs(warm, cold, "warm-up of 2 cases");
   // More cases than the suite has: all of them, once; with two workers, on each model.
+  auto b = micro_model();
   o.warmup_cases = 1000;
-  EXPECT_EQ(outputs(run_suite(suite, tok, {a.get(), b.get()}, o)), outputs(cold));
+  expect_same_outputs(run_suite(suite, tok, {a.get(), b.get()}, o), cold, "warm-up of all");
   o.warmup_cases = -1;
   EXPECT_THROW(run_suite(suite, tok, {a.get()}, o), InputError);
 }
