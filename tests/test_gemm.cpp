@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -29,7 +30,9 @@
 #include "kernels/gemm_bf16.hpp"
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
+#include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
+#include "runtime/workspace.hpp"
 #include "support/kernels.hpp"
 #include "support/reference.hpp"
 
@@ -322,6 +325,71 @@ TEST(Gemm, DeepKTakenInPassesMatchesTheReferenceAndOnePass) {
       EXPECT_TRUE(same_bits(given, one_pass)) << describe(kernel, p, "packed B in passes");
     }
   }
+}
+
+// A kernel that reads a bf16, k-contiguous A in place (MicroKernel::fn_a_rows: AMX) gives the
+// bits of the same product packing A from fp32 rounded to bf16, within the reference's bound:
+// several K blocks, deep K in passes, padded lda, a partial last panel (packed) after full ones
+// (read in place), beta = 0 and 1, on the hardware and on its software model; and it packs no
+// A where M fills whole panels (the workspace holds that much less).
+TEST(Gemm, Bf16ARowsReadInPlaceGiveThePackedProductsBits) {
+  ThreadPool two(2);
+  ThreadPool::Use use(two);
+  uint32_t seed = 4500;
+  int kernels_with_rows = 0;
+  // The tile unit's software model too where the CPU has the tiles: it has its own in-place
+  // kernel, which tests on CPUs without AMX run everywhere else.
+  std::vector<MicroKernel> kernels = bf16_microkernels_under_test();
+  const MicroKernel emulated = microkernel_amx_emulated();
+  if (isa_available(IsaLevel::kAmx) && emulated.runnable()) kernels.push_back(emulated);
+  for (const MicroKernel& kernel : kernels) {
+    if (kernel.fn_a_rows == nullptr) continue;
+    ++kernels_with_rows;
+    const int64_t step = kernel.k_step;
+    // K of one step, several kc = 64 blocks, and deep enough for passes (2·nr columns of B
+    // over K pass 4 MiB).
+    const int64_t deep = round_up((int64_t{5} << 20) / (2 * kernel.nr * kernel.packed_bytes), step);
+    for (const auto& [M, N, K, kc] : {std::array<int64_t, 4>{kernel.mr, kernel.nr, step, 64},
+                                      {3 * kernel.mr + 5, 2 * kernel.nr + 3, 5 * step, 64},
+                                      {2 * kernel.mr, kernel.nr + 1, 12 * step, 128},
+                                      {kernel.mr + 7, 2 * kernel.nr, deep, 256}}) {
+      for (float beta : {0.0f, 1.0f}) {
+        const Problem p(Trans::kNo, Trans::kYes, M, N, K, 0.75f, beta, seed++);
+        std::vector<bf16> a16(p.A.size());
+        std::transform(p.A.begin(), p.A.end(), a16.begin(), [](float x) { return to_bf16(x); });
+        const GemmBlocking blocking{kernel.mr, 2 * kernel.nr, kc};
+        std::vector<float> packed = p.start_c(), in_place = p.start_c();
+        gemm_run(kernel, blocking, PackSource::kF32ToBf16, p.ta, p.tb, M, N, K, p.alpha, p.A.data(),
+                 p.lda, p.B.data(), p.ldb, beta, packed.data(), p.ldc, nullptr);
+        gemm_run(kernel, blocking, {PackSource::kBf16, PackSource::kF32ToBf16}, p.ta, p.tb, M, N, K,
+                 p.alpha, a16.data(), p.lda, p.B.data(), p.ldb, beta, in_place.data(), p.ldc,
+                 nullptr);
+        std::vector<float> want = p.C0;
+        reference_gemm_bf16(p.ta, p.tb, M, N, K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                            beta, want.data(), p.ldc);
+        expect_close(p, in_place, want, Bound{p, true}, describe(kernel, p, "A rows in place"));
+        EXPECT_TRUE(same_bits(in_place, packed)) << describe(kernel, p, "in place vs packed A");
+      }
+    }
+    // Whole panels: the in-place product's workspace holds no packed A, the packing one's
+    // holds M·K bf16 of it.
+    const int64_t M = 2 * kernel.mr, N = kernel.nr, K = 8 * step;
+    const Problem p(Trans::kNo, Trans::kYes, M, N, K, 1.0f, 0.0f, seed++);
+    std::vector<bf16> a16(p.A.size());
+    std::transform(p.A.begin(), p.A.end(), a16.begin(), [](float x) { return to_bf16(x); });
+    auto held = [&](PackSources sources, const void* a) {
+      Workspace ws("test");
+      Workspace::Use use_ws(ws);
+      std::vector<float> c = p.start_c();
+      gemm_run(kernel, {kernel.mr, kernel.nr, K}, sources, p.ta, p.tb, M, N, K, 1.0f, a, p.lda,
+               p.B.data(), p.ldb, 0.0f, c.data(), p.ldc, nullptr);
+      return ws.bytes_held();
+    };
+    const size_t packing = held(PackSource::kF32ToBf16, p.A.data());
+    const size_t in_place = held({PackSource::kBf16, PackSource::kF32ToBf16}, a16.data());
+    EXPECT_EQ(packing - in_place, static_cast<size_t>(M * K * kernel.packed_bytes)) << kernel.isa;
+  }
+  if (kernels_with_rows == 0) GTEST_SKIP() << "no kernel under test reads A in place here";
 }
 
 // A blocking of row parts splits whatever M it is fitted to into that many blocks of equal

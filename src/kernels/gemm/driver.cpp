@@ -135,6 +135,13 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   const int64_t kp = round_up(std::max<int64_t>(K, 1), kernel.k_step);
   const int64_t mp = round_up(M, mr);
   const int64_t m_panels = mp / mr;
+  // A bf16, k-contiguous A whose K fills whole k steps is read in place by a kernel that can
+  // (fn_a_rows: AMX tiles are its rows as stored); then only a last, partial panel is packed.
+  // Rows [0, a_packed_row0) are read in place; the packed buffer holds the rows from there.
+  const bool a_in_place = kernel.fn_a_rows != nullptr && sources.a == PackSource::kBf16 &&
+                          trans_a == Trans::kNo && K > 0 && K % kernel.k_step == 0;
+  const int64_t a_packed_row0 = a_in_place ? M / mr * mr : 0;
+  const int64_t a_packed_rows = mp - a_packed_row0;
   const int64_t n_kblocks = ceil_div(kp, blk.kc);
 
   // Superblock width: all of N if its packed panels fit kPackedBBytes, else a multiple of nc
@@ -161,7 +168,9 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   // Scratch from the caller's workspace (runtime/workspace.hpp): the packed operands and
   // their flags for the calling thread, and one task buffer per pool worker, passed in below.
   Workspace& ws = Workspace::current();
-  char* pa = ws.get<char>("gemm.packed_a", static_cast<size_t>(mp * kq * bytes));
+  char* pa = a_packed_rows == 0
+                 ? nullptr
+                 : ws.get<char>("gemm.packed_a", static_cast<size_t>(a_packed_rows * kq * bytes));
   char* pb = ws.get<char>("gemm.packed_b", static_cast<size_t>(ns_p * kq * bytes));
   std::byte* a_flag_memory = ws.get("gemm.a_flags", static_cast<size_t>(m_panels));
   std::byte* b_flag_memory =
@@ -197,7 +206,9 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   for (int64_t q0 = 0; q0 < kp; q0 += kq) {
     const int64_t q_len = std::min(kq, kp - q0);  // a multiple of kc but for the last pass
     const int64_t q_valid = std::min(q_len, K - q0);
-    const layout::Layout la = kernel.a_layout(mp, q_len);
+    // Packed rows are counted from a_packed_row0 (a layout of at least one panel, so that its
+    // column part exists when every row is read in place).
+    const layout::Layout la = kernel.a_layout(std::max(a_packed_rows, mr), q_len);
     if (!la.separable()) throw std::invalid_argument("gemm: packed layouts must be separable");
     std::atomic<uint8_t>* a_flags = empty_flags(a_flag_memory, static_cast<size_t>(m_panels));
     const void* const a_pass = k_shifted(A, lda, trans_a, a_bytes, q0);
@@ -232,12 +243,13 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
             reinterpret_cast<float*>(task_buffers[static_cast<size_t>(worker)]);
         int64_t* const a_rows = reinterpret_cast<int64_t*>(acc_memory + acc_floats);
         int64_t* const claimed = a_rows + task_panels;
-        ensure_packed(a_flags, i0 / mr, ceil_div(i0 + rows, mr), claimed, trans_a == Trans::kNo,
-                      [&](const int64_t* p, size_t n) {
-                        pack::pack_panels(
-                            pack_a, a_pass, lda, trans_a, a_bytes, std::span<const int64_t>(p, n),
-                            mr, M, q_valid, q_len,
-                            [&](int64_t q, int64_t k) { return pa + la(q * mr, k) * bytes; });
+        ensure_packed(a_flags, std::max(i0, a_packed_row0) / mr, ceil_div(i0 + rows, mr), claimed,
+                      trans_a == Trans::kNo, [&](const int64_t* p, size_t n) {
+                        pack::pack_panels(pack_a, a_pass, lda, trans_a, a_bytes,
+                                          std::span<const int64_t>(p, n), mr, M, q_valid, q_len,
+                                          [&](int64_t q, int64_t k) {
+                                            return pa + la(q * mr - a_packed_row0, k) * bytes;
+                                          });
                       });
         if (b_flags != nullptr) {
           ensure_packed(b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed,
@@ -251,7 +263,9 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
 
         // Micro-panel addresses from the layouts, whose offsets separate into a row part and a
         // column part: tabulated per task so the loops below only add.
-        for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) a_rows[t] = la.row_part(ip);
+        for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) {
+          a_rows[t] = ip < a_packed_row0 ? 0 : la.row_part(ip - a_packed_row0);
+        }
         // A tile is finished one micro-kernel call late: reading an accumulator right after the
         // kernel stored it (AMX tile stores especially) would wait for those stores to land.
         struct Pending {
@@ -282,19 +296,26 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
             const char* b = b_panels + (lb.col_part(lb_col0 + jp) + b_k) * bytes;
             const int64_t tile_cols = std::min(nr, s_cols - jp);
             for (int64_t ip = i0, t = 0; ip < i0 + rows; ip += mr, ++t) {
-              const char* a = pa + (a_rows[t] + a_k) * bytes;
+              const bool a_rows_here = ip < a_packed_row0;
+              const char* a = a_rows_here
+                                  ? static_cast<const char*>(a_pass) + (ip * lda + k0) * a_bytes
+                                  : pa + (a_rows[t] + a_k) * bytes;
               float* acc = in_passes   ? pass_acc + ip * ld_pass_acc + s0 + jp
                            : one_block ? acc_memory + (calls++ & 1) * tile_stride
                                        : acc_memory + (ip - i0) * blk.nc + (jp - j0);
               const int64_t ld_acc = in_passes ? ld_pass_acc : one_block ? nr : blk.nc;
               float* c = C + ip * ldc + s0 + jp;
               const int64_t tile_rows = std::min(mr, M - ip);
-              if (last && finish_in_kernel) {
+              if (last && finish_in_kernel && !a_rows_here) {
                 kernel.fn_finishing(kc, a, b, acc, ld_acc, !first, alpha, beta, c, ldc, tile_rows,
                                     tile_cols);
                 continue;
               }
-              kernel.fn(kc, a, b, acc, ld_acc, !first);
+              if (a_rows_here) {
+                kernel.fn_a_rows(kc, a, lda * a_bytes, b, acc, ld_acc, !first);
+              } else {
+                kernel.fn(kc, a, b, acc, ld_acc, !first);
+              }
               if (last) {
                 finish_pending();
                 pending = {acc, ld_acc, tile_rows, tile_cols, ip, s0 + jp, c};

@@ -32,6 +32,13 @@ using MicroKernelFinishingFn = void (*)(int64_t kc, const void* a, const void* b
                                         int64_t ld_acc, bool accumulate, float alpha, float beta,
                                         float* c, int64_t ldc, int64_t rows, int64_t cols);
 
+// The micro-kernel with A's micro-panel read where A is stored instead of packed: mr rows of
+// bf16, k contiguous, rows lda_bytes apart, kc values from `a` on (for a kernel whose packed A
+// holds each k step's rows as they are stored: AMX's tiles). Same arithmetic in the same order
+// as fn on the packed panel, so the same bits.
+using MicroKernelRowsAFn = void (*)(int64_t kc, const void* a, int64_t lda_bytes, const void* b,
+                                    float* acc, int64_t ld_acc, bool accumulate);
+
 // What a packer reads and how it rounds: fp32 kept, fp32 rounded to bf16 (nearest even), bf16.
 enum class PackSource { kF32 = 0, kF32ToBf16 = 1, kBf16 = 2 };
 
@@ -90,6 +97,9 @@ struct MicroKernel {
   FinishFn finish = nullptr;
   // Optional: fn and finish in one call (above), for a tile's last K block without an epilogue.
   MicroKernelFinishingFn fn_finishing = nullptr;
+  // Optional: fn reading whole micro-panels of a bf16, k-contiguous A in place (above); the
+  // driver uses it where K is a multiple of k_step and packs only a last, partial panel.
+  MicroKernelRowsAFn fn_a_rows = nullptr;
   // Optional: finish with non-temporal stores (epilogue.hpp, stream_tile_avx512), for large C.
   FinishFn stream = nullptr;
   // Per-thread set-up before the first micro-kernel call of a task and clean-up after its

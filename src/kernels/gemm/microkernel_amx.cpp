@@ -51,11 +51,29 @@ NANOGPT_TARGET_AMX_TILE void end_task() {
 // Compiled for AMX whichever unit it drives (clang's tile intrinsics are target builtins); the
 // model only uses scalar code, and tests run it only on CPUs with AVX-512 BF16.
 
-template <class Tiles>
+// A's two tiles per k step are found through ATiles: a packed micro-panel (PackedA: 2 KiB per k
+// step, the second tile 1 KiB after the first, rows 64 bytes apart) or bf16 rows read where they
+// are stored (RowsA: 64 bytes per k step, the second tile 16 rows down, rows lda apart), which
+// is the packed panel's own tile layout without the copy.
+struct PackedA {
+  static int64_t step(int64_t) { return 2048; }
+  static int64_t row(int64_t) { return kTileBytes; }
+  static int64_t second(int64_t) { return 1024; }
+};
+struct RowsA {
+  static int64_t step(int64_t) { return kTileBytes; }
+  static int64_t row(int64_t lda_bytes) { return lda_bytes; }
+  static int64_t second(int64_t lda_bytes) { return 16 * lda_bytes; }
+};
+
+template <class Tiles, class ATiles>
 NANOGPT_TARGET_AMX NANOGPT_ALWAYS_INLINE void tile_kernel(int64_t kc, const void* a_v,
-                                                          const void* b_v, float* acc,
-                                                          int64_t ld_acc, bool accumulate) {
+                                                          int64_t lda_bytes, const void* b_v,
+                                                          float* acc, int64_t ld_acc,
+                                                          bool accumulate) {
   const char* a = static_cast<const char*>(a_v);
+  const int64_t a_step = ATiles::step(lda_bytes), a_row = ATiles::row(lda_bytes);
+  const int64_t a_second = ATiles::second(lda_bytes);
   const char* b = static_cast<const char*>(b_v);
   const int64_t ld = ld_acc * static_cast<int64_t>(sizeof(float));
   char* c = reinterpret_cast<char*>(acc);
@@ -73,13 +91,13 @@ NANOGPT_TARGET_AMX NANOGPT_ALWAYS_INLINE void tile_kernel(int64_t kc, const void
     Tiles::zero(2);
     Tiles::zero(3);
   }
-  // One k step is 2 KiB of A (two tiles) and 2 KiB of B.
+  // One k step is two tiles of A (1 KiB each) and 2 KiB of B.
   for (int64_t s = 0; s < kc / kKStep; ++s) {
-    const char* as = a + s * 2048;
+    const char* as = a + s * a_step;
     const char* bs = b + s * 2048;
-    Tiles::load(4, as, kTileBytes);
+    Tiles::load(4, as, a_row);
     Tiles::load(6, bs, kTileBytes);
-    Tiles::load(5, as + 1024, kTileBytes);
+    Tiles::load(5, as + a_second, a_row);
     Tiles::load(7, bs + 1024, kTileBytes);
     Tiles::dpbf16(0, 4, 6);
     Tiles::dpbf16(1, 4, 7);
@@ -158,7 +176,12 @@ struct HardwareTiles {
 
 NANOGPT_TARGET_AMX void kernel(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
                                bool accumulate) {
-  tile_kernel<HardwareTiles>(kc, a, b, acc, ld_acc, accumulate);
+  tile_kernel<HardwareTiles, PackedA>(kc, a, 0, b, acc, ld_acc, accumulate);
+}
+
+NANOGPT_TARGET_AMX void kernel_a_rows(int64_t kc, const void* a, int64_t lda_bytes, const void* b,
+                                      float* acc, int64_t ld_acc, bool accumulate) {
+  tile_kernel<HardwareTiles, RowsA>(kc, a, lda_bytes, b, acc, ld_acc, accumulate);
 }
 
 // A software model of the eight tiles as begin_task configures them (16 rows of 64 bytes), with
@@ -205,7 +228,13 @@ struct EmulatedTiles {
 
 NANOGPT_TARGET_AMX void emulated_kernel(int64_t kc, const void* a, const void* b, float* acc,
                                         int64_t ld_acc, bool accumulate) {
-  tile_kernel<EmulatedTiles>(kc, a, b, acc, ld_acc, accumulate);
+  tile_kernel<EmulatedTiles, PackedA>(kc, a, 0, b, acc, ld_acc, accumulate);
+}
+
+NANOGPT_TARGET_AMX void emulated_kernel_a_rows(int64_t kc, const void* a, int64_t lda_bytes,
+                                               const void* b, float* acc, int64_t ld_acc,
+                                               bool accumulate) {
+  tile_kernel<EmulatedTiles, RowsA>(kc, a, lda_bytes, b, acc, ld_acc, accumulate);
 }
 
 layout::Layout a_layout(int64_t rows, int64_t k) {
@@ -219,6 +248,7 @@ layout::Layout b_layout(int64_t k, int64_t cols) {
 
 MicroKernel microkernel_amx() {
   MicroKernel m{"amx", kMR, kNR, kernel};
+  m.fn_a_rows = kernel_a_rows;
   m.level = IsaLevel::kAmx;
   m.k_step = kKStep;
   m.packed_bytes = 2;
@@ -243,6 +273,7 @@ MicroKernel microkernel_amx_emulated() {
   MicroKernel m = microkernel_amx();
   m.isa = "amx_emulated";
   m.fn = emulated_kernel;
+  m.fn_a_rows = emulated_kernel_a_rows;
   m.begin_task = nullptr;
   m.end_task = nullptr;
   // The model needs no tile unit, only the AVX-512 its packers and epilogue use.
