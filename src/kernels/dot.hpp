@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/target.hpp"
+
 namespace nanogpt {
 
 inline constexpr int kDotLanes = 8;
@@ -19,9 +21,10 @@ inline double combine_lanes(const double (&lanes)[kDotLanes]) {
   return s;
 }
 
-// Σ a[i]·b[i] in double.
+// Σ a[i]·b[i] in double. Always inlined: dot_double's clones (dot.cpp) must each compile this
+// loop for their own ISA; a call out of them would run one baseline (SSE2) copy for all three.
 template <class Real>
-double dot_double_lanes(const Real* a, const Real* b, int64_t n) {
+NANOGPT_ALWAYS_INLINE double dot_double_lanes(const Real* a, const Real* b, int64_t n) {
   double lanes[kDotLanes] = {};
   int64_t i = 0;
   for (; i + kDotLanes <= n; i += kDotLanes) {
