@@ -27,6 +27,36 @@ TEST(ThreadPool, RunsEveryTaskExactlyOnce) {
   }
 }
 
+// Thread w of P starts on the first task of its share, w·n/P: a product's threads so write the
+// same parts of C on every call. Each thread's first task waits until every thread holds one,
+// so none can finish its share and take from another's before that one has started.
+TEST(ThreadPool, EachThreadStartsOnItsOwnShare) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    for (size_t n : {static_cast<size_t>(threads), size_t{10}, size_t{101}}) {
+      std::vector<std::atomic<int64_t>> first(static_cast<size_t>(threads));
+      for (auto& f : first) f = -1;
+      std::atomic<int> started{0};
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(n, [&](size_t t, int worker) {
+        hits[t]++;
+        int64_t none = -1;
+        if (first[static_cast<size_t>(worker)].compare_exchange_strong(none,
+                                                                       static_cast<int64_t>(t))) {
+          started++;
+          while (started.load() < threads) std::this_thread::yield();
+        }
+      });
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "task " << i;
+      for (int w = 0; w < threads; ++w) {
+        EXPECT_EQ(first[static_cast<size_t>(w)].load(),
+                  static_cast<int64_t>(static_cast<size_t>(w) * n / static_cast<size_t>(threads)))
+            << "thread " << w << " of " << threads << ", " << n << " tasks";
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, PropagatesExceptionsAndStaysUsable) {
   ThreadPool pool(2);
   EXPECT_THROW(pool.parallel_for(100,

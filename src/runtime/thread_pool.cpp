@@ -43,6 +43,7 @@ int env_whole_number(const char* name, long lo, long hi, int fallback, const cha
 
 ThreadPool::ThreadPool(int threads) : spin_us_(spin_microseconds()) {
   if (threads < 1) threads = 1;
+  shares_ = std::vector<Share>(static_cast<size_t>(threads));
   for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
 }
 
@@ -60,16 +61,30 @@ int ThreadPool::spin_microseconds() {
                           "whole microseconds from 0 (sleep at once) to 1000000");
 }
 
+size_t ThreadPool::take_from_share(size_t w) {
+  Share& share = shares_[w];
+  // A share past its end is not incremented further (a counter racing to overflow).
+  if (share.next.load(std::memory_order_relaxed) >= share.end) return job_tasks_;
+  const size_t task = share.next.fetch_add(1, std::memory_order_relaxed);
+  return task < share.end ? task : job_tasks_;
+}
+
 void ThreadPool::run_tasks(int worker) {
-  for (;;) {
-    size_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= job_tasks_ || failed_.load(std::memory_order_relaxed)) return;
-    try {
-      (*job_)(task, worker);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!error_) error_ = std::current_exception();
-      failed_ = true;
+  const size_t threads = shares_.size();
+  // Its own share first, then the others' in turn.
+  for (size_t i = 0; i < threads; ++i) {
+    const size_t w = (static_cast<size_t>(worker) + i) % threads;
+    for (;;) {
+      if (failed_.load(std::memory_order_relaxed)) return;
+      const size_t task = take_from_share(w);
+      if (task >= job_tasks_) break;
+      try {
+        (*job_)(task, worker);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+        failed_ = true;
+      }
     }
   }
 }
@@ -108,7 +123,11 @@ void ThreadPool::parallel_for(size_t tasks,
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = &fn;
     job_tasks_ = tasks;
-    next_task_ = 0;
+    const size_t threads = shares_.size();
+    for (size_t w = 0; w < threads; ++w) {
+      shares_[w].next.store(w * tasks / threads, std::memory_order_relaxed);
+      shares_[w].end = (w + 1) * tasks / threads;
+    }
     failed_ = false;
     error_ = nullptr;
     busy_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);

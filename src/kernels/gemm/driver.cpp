@@ -234,9 +234,12 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                                               (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
                                           ldb, flip(trans_b), b_bytes, q0);
       const int64_t n_blocks = ceil_div(s_cols, blk.nc);
+      // Tasks are numbered down the columns of blocks: the pool's threads start on contiguous
+      // shares of them, so each packs B panels of its own, and the row blocks' A panels,
+      // needed by all at once, are shared out panel by panel (ensure_packed).
       pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int worker) {
-        const int64_t i0 = static_cast<int64_t>(task) / n_blocks * blk.mc;
-        const int64_t j0 = static_cast<int64_t>(task) % n_blocks * blk.nc;  // within superblock
+        const int64_t i0 = static_cast<int64_t>(task) % m_blocks * blk.mc;
+        const int64_t j0 = static_cast<int64_t>(task) / m_blocks * blk.nc;  // within superblock
         const int64_t rows = std::min(blk.mc, M - i0);
         const int64_t cols = std::min(blk.nc, s_cols - j0);
         float* const acc_memory =
