@@ -18,6 +18,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/bf16.hpp"
@@ -390,6 +391,69 @@ TEST(Gemm, Bf16ARowsReadInPlaceGiveThePackedProductsBits) {
     EXPECT_EQ(packing - in_place, static_cast<size_t>(M * K * kernel.packed_bytes)) << kernel.isa;
   }
   if (kernels_with_rows == 0) GTEST_SKIP() << "no kernel under test reads A in place here";
+}
+
+// A kernel that stores a whole tile's sum straight into C where finishing would copy it
+// (MicroKernel::fn_to_c: AMX's tile stores, for alpha 1, beta 0, no epilogue) gives the bits of
+// the same kernel finishing every tile from its accumulator, within the reference's bound:
+// whole and partial tiles, one K block and several, deep K in passes, A packed (either
+// orientation) and read in place; and where the product scales or adds to C, it is not used
+// and the bits are the same again. On the hardware and on the tile unit's software model.
+TEST(Gemm, SumsStoredIntoCGiveTheFinishedBits) {
+  ThreadPool two(2);
+  ThreadPool::Use use(two);
+  uint32_t seed = 4700;
+  int kernels_to_c = 0;
+  std::vector<MicroKernel> kernels = bf16_microkernels_under_test();
+  const MicroKernel emulated = microkernel_amx_emulated();
+  if (isa_available(IsaLevel::kAmx) && emulated.runnable()) kernels.push_back(emulated);
+  for (const MicroKernel& kernel : kernels) {
+    if (kernel.fn_to_c == nullptr) continue;
+    ++kernels_to_c;
+    MicroKernel finishing = kernel;
+    finishing.fn_to_c = nullptr;
+    const int64_t step = kernel.k_step;
+    const int64_t deep = round_up((int64_t{5} << 20) / (2 * kernel.nr * kernel.packed_bytes), step);
+    // One K block with whole tiles among partial ones (a whole tile's sum goes to C between two
+    // finished late), several blocks, deep K in passes.
+    for (const auto& [M, N, K, kc] : {std::array<int64_t, 4>{kernel.mr, kernel.nr, step, 64},
+                                      {3 * kernel.mr + 5, 2 * kernel.nr + 3, 2 * step, 256},
+                                      {3 * kernel.mr + 5, 2 * kernel.nr + 3, 5 * step, 64},
+                                      {2 * kernel.mr, kernel.nr + 1, 12 * step, 128},
+                                      {kernel.mr + 7, 2 * kernel.nr, deep, 256}}) {
+      for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.75f, 0.0f}, {1.0f, 1.0f}}) {
+        for (const Trans ta : {Trans::kNo, Trans::kYes}) {
+          // Deep K (slow on the software model) only where the sum goes to C, A as stored.
+          if (K == deep && (alpha != 1.0f || beta != 0.0f || ta != Trans::kNo)) continue;
+          const Problem p(ta, Trans::kYes, M, N, K, alpha, beta, seed++);
+          std::vector<bf16> a16(p.A.size());
+          std::transform(p.A.begin(), p.A.end(), a16.begin(), [](float x) { return to_bf16(x); });
+          // Two panels of rows a task: a partial panel below a whole one.
+          const GemmBlocking blocking{2 * kernel.mr, 2 * kernel.nr, kc};
+          // A packed from fp32, and (k-contiguous) read in place from bf16.
+          std::vector<std::pair<PackSources, const void*>> inputs = {
+              {PackSource::kF32ToBf16, p.A.data()}};
+          if (ta == Trans::kNo)
+            inputs.push_back({{PackSource::kBf16, PackSource::kF32ToBf16}, a16.data()});
+          for (const auto& [sources, a] : inputs) {
+            std::vector<float> to_c = p.start_c(), finished = p.start_c();
+            gemm_run(kernel, blocking, sources, p.ta, p.tb, M, N, K, alpha, a, p.lda, p.B.data(),
+                     p.ldb, beta, to_c.data(), p.ldc, nullptr);
+            gemm_run(finishing, blocking, sources, p.ta, p.tb, M, N, K, alpha, a, p.lda, p.B.data(),
+                     p.ldb, beta, finished.data(), p.ldc, nullptr);
+            std::vector<float> want = p.C0;
+            reference_gemm_bf16(p.ta, p.tb, M, N, K, alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                                beta, want.data(), p.ldc);
+            const char* what =
+                sources.a == PackSource::kBf16 ? "sum to C, A in place" : "sum to C, A packed";
+            expect_close(p, to_c, want, Bound{p, true}, describe(kernel, p, what));
+            EXPECT_TRUE(same_bits(to_c, finished)) << describe(kernel, p, what) << " vs finished";
+          }
+        }
+      }
+    }
+  }
+  if (kernels_to_c == 0) GTEST_SKIP() << "no kernel under test stores its sums into C here";
 }
 
 // A blocking of row parts splits whatever M it is fitted to into that many blocks of equal

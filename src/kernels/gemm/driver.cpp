@@ -202,6 +202,10 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                         ldc % 16 == 0 && reinterpret_cast<uintptr_t>(C) % 64 == 0;
   // Without an epilogue (and not streamed) a tile's last K block finishes from the registers.
   const bool finish_in_kernel = kernel.fn_finishing != nullptr && epilogue == nullptr && !stream_c;
+  // Where finishing would copy the sum unchanged, a kernel that can stores a whole tile's sum
+  // in C itself (fn_to_c: AMX's tile stores), skipping the accumulator's round trip.
+  const bool sum_to_c = kernel.fn_to_c != nullptr && alpha == 1.0f && beta == 0.0f &&
+                        epilogue == nullptr && !stream_c;
   const int64_t m_blocks = ceil_div(M, blk.mc);
   for (int64_t q0 = 0; q0 < kp; q0 += kq) {
     const int64_t q_len = std::min(kq, kp - q0);  // a multiple of kc but for the last pass
@@ -303,12 +307,21 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
               const char* a = a_rows_here
                                   ? static_cast<const char*>(a_pass) + (ip * lda + k0) * a_bytes
                                   : pa + (a_rows[t] + a_k) * bytes;
+              const int64_t tile_rows = std::min(mr, M - ip);
+              const bool to_c = last && sum_to_c && tile_rows == mr && tile_cols == nr;
+              // With one K block the finished-late tiles take the two accumulators in turn; a
+              // tile stored into C takes none (the next one's: it neither reads nor writes it),
+              // so the pending tile's is not overwritten before it is finished.
               float* acc = in_passes   ? pass_acc + ip * ld_pass_acc + s0 + jp
-                           : one_block ? acc_memory + (calls++ & 1) * tile_stride
+                           : one_block ? acc_memory + ((to_c ? calls : calls++) & 1) * tile_stride
                                        : acc_memory + (ip - i0) * blk.nc + (jp - j0);
               const int64_t ld_acc = in_passes ? ld_pass_acc : one_block ? nr : blk.nc;
               float* c = C + ip * ldc + s0 + jp;
-              const int64_t tile_rows = std::min(mr, M - ip);
+              if (to_c) {
+                kernel.fn_to_c(kc, a, a_rows_here ? lda * a_bytes : 0, b, acc, ld_acc, !first, c,
+                               ldc);
+                continue;
+              }
               if (last && finish_in_kernel && !a_rows_here) {
                 kernel.fn_finishing(kc, a, b, acc, ld_acc, !first, alpha, beta, c, ldc, tile_rows,
                                     tile_cols);

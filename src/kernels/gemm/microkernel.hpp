@@ -39,6 +39,15 @@ using MicroKernelFinishingFn = void (*)(int64_t kc, const void* a, const void* b
 using MicroKernelRowsAFn = void (*)(int64_t kc, const void* a, int64_t lda_bytes, const void* b,
                                     float* acc, int64_t ld_acc, bool accumulate);
 
+// The micro-kernel storing the tile's sum straight into C (rows ldc apart) instead of into acc,
+// for a whole tile's last K block where finishing would copy the sum unchanged (alpha 1, beta 0,
+// no epilogue, C not streamed): the bits of fn then finish, without the sum's round trip through
+// memory. The carried sum is read from acc when `accumulate` is set. A is a packed micro-panel
+// when lda_bytes is 0, else whole rows read in place as fn_a_rows reads them.
+using MicroKernelToCFn = void (*)(int64_t kc, const void* a, int64_t lda_bytes, const void* b,
+                                  const float* acc, int64_t ld_acc, bool accumulate, float* c,
+                                  int64_t ldc);
+
 // What a packer reads and how it rounds: fp32 kept, fp32 rounded to bf16 (nearest even), bf16.
 enum class PackSource { kF32 = 0, kF32ToBf16 = 1, kBf16 = 2 };
 
@@ -100,6 +109,8 @@ struct MicroKernel {
   // Optional: fn reading whole micro-panels of a bf16, k-contiguous A in place (above); the
   // driver uses it where K is a multiple of k_step and packs only a last, partial panel.
   MicroKernelRowsAFn fn_a_rows = nullptr;
+  // Optional: the sum stored into C itself where finishing would only copy it (above).
+  MicroKernelToCFn fn_to_c = nullptr;
   // Optional: finish with non-temporal stores (epilogue.hpp, stream_tile_avx512), for large C.
   FinishFn stream = nullptr;
   // Per-thread set-up before the first micro-kernel call of a task and clean-up after its

@@ -66,19 +66,22 @@ struct RowsA {
   static int64_t second(int64_t lda_bytes) { return 16 * lda_bytes; }
 };
 
+// The sum is carried in from acc (when accumulating) and stored to out: acc itself, or C for
+// a tile whose finish would copy it unchanged (fn_to_c).
 template <class Tiles, class ATiles>
 NANOGPT_TARGET_AMX NANOGPT_ALWAYS_INLINE void tile_kernel(int64_t kc, const void* a_v,
                                                           int64_t lda_bytes, const void* b_v,
-                                                          float* acc, int64_t ld_acc,
-                                                          bool accumulate) {
+                                                          const float* acc, int64_t ld_acc,
+                                                          bool accumulate, float* out,
+                                                          int64_t ld_out) {
   const char* a = static_cast<const char*>(a_v);
   const int64_t a_step = ATiles::step(lda_bytes), a_row = ATiles::row(lda_bytes);
   const int64_t a_second = ATiles::second(lda_bytes);
   const char* b = static_cast<const char*>(b_v);
   const int64_t ld = ld_acc * static_cast<int64_t>(sizeof(float));
-  char* c = reinterpret_cast<char*>(acc);
+  const char* c = reinterpret_cast<const char*>(acc);
   // GCC's tile intrinsics are asm statements without memory operands: fence the accesses
-  // they make to the packed panels and to acc from the code around.
+  // they make to the packed panels, acc and out from the code around.
   __asm__ volatile("" ::: "memory");
   if (accumulate) {
     Tiles::load(0, c, ld);
@@ -104,11 +107,27 @@ NANOGPT_TARGET_AMX NANOGPT_ALWAYS_INLINE void tile_kernel(int64_t kc, const void
     Tiles::dpbf16(2, 5, 6);
     Tiles::dpbf16(3, 5, 7);
   }
-  Tiles::store(0, c, ld);
-  Tiles::store(1, c + 64, ld);
-  Tiles::store(2, c + 16 * ld, ld);
-  Tiles::store(3, c + 16 * ld + 64, ld);
+  char* o = reinterpret_cast<char*>(out);
+  const int64_t ldo = ld_out * static_cast<int64_t>(sizeof(float));
+  Tiles::store(0, o, ldo);
+  Tiles::store(1, o + 64, ldo);
+  Tiles::store(2, o + 16 * ldo, ldo);
+  Tiles::store(3, o + 16 * ldo + 64, ldo);
   __asm__ volatile("" ::: "memory");
+}
+
+// fn_to_c over either form of A (lda_bytes 0: packed).
+template <class Tiles>
+NANOGPT_TARGET_AMX NANOGPT_ALWAYS_INLINE void tile_kernel_to_c(int64_t kc, const void* a,
+                                                               int64_t lda_bytes, const void* b,
+                                                               const float* acc, int64_t ld_acc,
+                                                               bool accumulate, float* c,
+                                                               int64_t ldc) {
+  if (lda_bytes == 0) {
+    tile_kernel<Tiles, PackedA>(kc, a, 0, b, acc, ld_acc, accumulate, c, ldc);
+  } else {
+    tile_kernel<Tiles, RowsA>(kc, a, lda_bytes, b, acc, ld_acc, accumulate, c, ldc);
+  }
 }
 
 // GCC's tile intrinsics paste the tile number into the instruction's text, so it must be a
@@ -176,12 +195,18 @@ struct HardwareTiles {
 
 NANOGPT_TARGET_AMX void kernel(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
                                bool accumulate) {
-  tile_kernel<HardwareTiles, PackedA>(kc, a, 0, b, acc, ld_acc, accumulate);
+  tile_kernel<HardwareTiles, PackedA>(kc, a, 0, b, acc, ld_acc, accumulate, acc, ld_acc);
 }
 
 NANOGPT_TARGET_AMX void kernel_a_rows(int64_t kc, const void* a, int64_t lda_bytes, const void* b,
                                       float* acc, int64_t ld_acc, bool accumulate) {
-  tile_kernel<HardwareTiles, RowsA>(kc, a, lda_bytes, b, acc, ld_acc, accumulate);
+  tile_kernel<HardwareTiles, RowsA>(kc, a, lda_bytes, b, acc, ld_acc, accumulate, acc, ld_acc);
+}
+
+NANOGPT_TARGET_AMX void kernel_to_c(int64_t kc, const void* a, int64_t lda_bytes, const void* b,
+                                    const float* acc, int64_t ld_acc, bool accumulate, float* c,
+                                    int64_t ldc) {
+  tile_kernel_to_c<HardwareTiles>(kc, a, lda_bytes, b, acc, ld_acc, accumulate, c, ldc);
 }
 
 // A software model of the eight tiles as begin_task configures them (16 rows of 64 bytes), with
@@ -228,13 +253,19 @@ struct EmulatedTiles {
 
 NANOGPT_TARGET_AMX void emulated_kernel(int64_t kc, const void* a, const void* b, float* acc,
                                         int64_t ld_acc, bool accumulate) {
-  tile_kernel<EmulatedTiles, PackedA>(kc, a, 0, b, acc, ld_acc, accumulate);
+  tile_kernel<EmulatedTiles, PackedA>(kc, a, 0, b, acc, ld_acc, accumulate, acc, ld_acc);
 }
 
 NANOGPT_TARGET_AMX void emulated_kernel_a_rows(int64_t kc, const void* a, int64_t lda_bytes,
                                                const void* b, float* acc, int64_t ld_acc,
                                                bool accumulate) {
-  tile_kernel<EmulatedTiles, RowsA>(kc, a, lda_bytes, b, acc, ld_acc, accumulate);
+  tile_kernel<EmulatedTiles, RowsA>(kc, a, lda_bytes, b, acc, ld_acc, accumulate, acc, ld_acc);
+}
+
+NANOGPT_TARGET_AMX void emulated_kernel_to_c(int64_t kc, const void* a, int64_t lda_bytes,
+                                             const void* b, const float* acc, int64_t ld_acc,
+                                             bool accumulate, float* c, int64_t ldc) {
+  tile_kernel_to_c<EmulatedTiles>(kc, a, lda_bytes, b, acc, ld_acc, accumulate, c, ldc);
 }
 
 layout::Layout a_layout(int64_t rows, int64_t k) {
@@ -249,6 +280,7 @@ layout::Layout b_layout(int64_t k, int64_t cols) {
 MicroKernel microkernel_amx() {
   MicroKernel m{"amx", kMR, kNR, kernel};
   m.fn_a_rows = kernel_a_rows;
+  m.fn_to_c = kernel_to_c;
   m.level = IsaLevel::kAmx;
   m.k_step = kKStep;
   m.packed_bytes = 2;
@@ -274,6 +306,7 @@ MicroKernel microkernel_amx_emulated() {
   m.isa = "amx_emulated";
   m.fn = emulated_kernel;
   m.fn_a_rows = emulated_kernel_a_rows;
+  m.fn_to_c = emulated_kernel_to_c;
   m.begin_task = nullptr;
   m.end_task = nullptr;
   // The model needs no tile unit, only the AVX-512 its packers and epilogue use.
