@@ -87,6 +87,14 @@ NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE void finish_avx512(
     const float* rh =
         rh_base != nullptr ? rh_base + (row + r) * ep->ld_relu_squared_output + col : nullptr;
     bf16* cb = cb_base != nullptr ? cb_base + (row + r) * ep->ld_c_bf16 + col : nullptr;
+    // The driver finishes the tiles of a column of C top to bottom: fetch the rows of the
+    // relu² output the tile below reads (a tile's rows are too short, and too far apart, for
+    // the hardware prefetchers to find).
+    if (rh != nullptr) {
+      const float* below = rh + rows * ep->ld_relu_squared_output;
+      for (int64_t j = 0; j < cols; j += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(below + j), _MM_HINT_T0);
+    }
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 m = cols - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - j)) - 1);
       __m512 v = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, a + j));
