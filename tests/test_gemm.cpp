@@ -338,12 +338,7 @@ TEST(Gemm, Bf16ARowsReadInPlaceGiveThePackedProductsBits) {
   ThreadPool::Use use(two);
   uint32_t seed = 4500;
   int kernels_with_rows = 0;
-  // The tile unit's software model too where the CPU has the tiles: it has its own in-place
-  // kernel, which tests on CPUs without AMX run everywhere else.
-  std::vector<MicroKernel> kernels = bf16_microkernels_under_test();
-  const MicroKernel emulated = microkernel_amx_emulated();
-  if (isa_available(IsaLevel::kAmx) && emulated.runnable()) kernels.push_back(emulated);
-  for (const MicroKernel& kernel : kernels) {
+  for (const MicroKernel& kernel : bf16_microkernels_and_tile_model()) {
     if (kernel.fn_a_rows == nullptr) continue;
     ++kernels_with_rows;
     const int64_t step = kernel.k_step;
@@ -404,10 +399,7 @@ TEST(Gemm, SumsStoredIntoCGiveTheFinishedBits) {
   ThreadPool::Use use(two);
   uint32_t seed = 4700;
   int kernels_to_c = 0;
-  std::vector<MicroKernel> kernels = bf16_microkernels_under_test();
-  const MicroKernel emulated = microkernel_amx_emulated();
-  if (isa_available(IsaLevel::kAmx) && emulated.runnable()) kernels.push_back(emulated);
-  for (const MicroKernel& kernel : kernels) {
+  for (const MicroKernel& kernel : bf16_microkernels_and_tile_model()) {
     if (kernel.fn_to_c == nullptr) continue;
     ++kernels_to_c;
     MicroKernel finishing = kernel;

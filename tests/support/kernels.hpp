@@ -21,6 +21,16 @@ inline std::vector<MicroKernel> bf16_microkernels_under_test() {
   return out;
 }
 
+// The same and, where the CPU has the tiles too, their software model: for tests of a code path
+// the model has its own copy of (AMX's in-place A, sums stored into C), which the model then
+// checks beside the hardware.
+inline std::vector<MicroKernel> bf16_microkernels_and_tile_model() {
+  std::vector<MicroKernel> out = bf16_microkernels_under_test();
+  const MicroKernel emulated = microkernel_amx_emulated();
+  if (isa_available(IsaLevel::kAmx) && emulated.runnable()) out.push_back(emulated);
+  return out;
+}
+
 // Every kernel a GEMM test runs, with the source it reads: each fp32 kernel on fp32, each bf16
 // kernel under test on fp32 rounded as it packs.
 inline std::vector<std::pair<MicroKernel, PackSource>> every_gemm_kernel() {
