@@ -7,7 +7,7 @@ Usage (run with /usr/bin/python3, which has Debian's torch):
       [--window W] [--precision auto|fp32|bf16|fp32,bf16] [--pytorch-mode both|fp32|bf16]
       [--threads 2] [--omp-wait-policy auto|active|passive|default] [--micro-batch N]
       [--best-bf16-gflops X | --gemm-bench build/gemm_vs_peers]
-      [--ours-json FILE] [--pytorch-json FILE]
+      [--ours-json FILE] [--pytorch-json FILE] [--rounds R]
 
 Runs `nanogpt bench train` and bench/pytorch_train_step.py (fp32 and bf16 autocast, each in
 its own process) on one configuration, resolved by the nanogpt binary for both, with the same
@@ -21,6 +21,11 @@ Defaults: preset cpu as it is (T = 512, 4096 tokens/step); speedrun at T = 1024 
 per step (the seed's 8 GPUs × one sequence), since the seed's 48k-token sequences and 393k-token
 steps take minutes per step on two cores. --ours-json / --pytorch-json read results saved from an
 earlier run (the JSON lines each benchmark printed) instead of running that side.
+
+--rounds R runs the pair R times, ours then the peer each round, back to back: on a shared host
+whose speed moves by tens of percent within minutes, one pair's ratio is one sample. Each round's
+ratio (our best precision against the peer's best mode that round) and load are printed; the
+headline ratio is each side's best round, as bench/evals_vs_pytorch.py reports it.
 
 The last line of output is one JSON object with everything above and the load averages: the
 machine may be shared, and a figure measured under load says so.
@@ -157,27 +162,49 @@ def main():
     ap.add_argument("--gemm-bench", help="gemm_vs_peers binary: measure that rate now")
     ap.add_argument("--ours-json", help="use these nanogpt bench train results, don't run it")
     ap.add_argument("--pytorch-json", help="use these pytorch_train_step results, don't run it")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run ours then the peer this many times, back to back (default 1)")
     args = ap.parse_args()
 
     sets = config_sets(args)
     cfg = resolve_config(args, sets)
     T = cfg["train_seq_len"]
     window = args.window or T // cfg["block_size"]
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if args.rounds > 1 and (args.ours_json or args.pytorch_json):
+        ap.error("--rounds runs both sides; it cannot be combined with --ours-json/--pytorch-json")
     load_before = os.getloadavg()[0]
 
-    if args.ours_json:
-        ours = [j for j in read_json_file(args.ours_json) if "tokens_per_s" in j]
-    else:
-        ours = []
-        for p in args.precision.split(","):
-            r = run_ours(args, sets, window, p.strip())
-            if r is not None:
-                ours.append(r)
-    if args.pytorch_json:
-        torch_lines = read_json_file(args.pytorch_json)
-    else:
-        torch_lines = run_pytorch(args, sets, window)
-    torch_modes = [j for j in torch_lines if not j.get("summary") and "tokens_per_s" in j]
+    # Per round: ours (each precision asked for), then the peer (each mode), back to back.
+    ours, torch_modes, rounds = [], [], []
+    for k in range(args.rounds):
+        round_load = os.getloadavg()[0]
+        if args.ours_json:
+            ours_k = [j for j in read_json_file(args.ours_json) if "tokens_per_s" in j]
+        else:
+            ours_k = []
+            for p in args.precision.split(","):
+                r = run_ours(args, sets, window, p.strip())
+                if r is not None:
+                    ours_k.append(r)
+        if args.pytorch_json:
+            torch_lines = read_json_file(args.pytorch_json)
+        else:
+            torch_lines = run_pytorch(args, sets, window)
+        torch_k = [j for j in torch_lines if not j.get("summary") and "tokens_per_s" in j]
+        ours += ours_k
+        torch_modes += torch_k
+        if ours_k and torch_k:
+            o = max(r["tokens_per_s"] for r in ours_k)
+            t = max(r["tokens_per_s"] for r in torch_k)
+            rounds.append({"round": k + 1, "ours_tokens_per_s": o, "pytorch_tokens_per_s": t,
+                           "ratio": o / t, "load": [round_load, os.getloadavg()[0]]})
+    # Each precision's and each mode's best round stand for it below.
+    ours = [max((r for r in ours if r.get("precision") == p), key=lambda r: r["tokens_per_s"])
+            for p in dict.fromkeys(r.get("precision") for r in ours)]
+    torch_modes = [max((r for r in torch_modes if r["mode"] == m), key=lambda r: r["tokens_per_s"])
+                   for m in dict.fromkeys(r["mode"] for r in torch_modes)]
     gemm_best, gemm_source = best_bf16_gemm(args, T)
     load_after = os.getloadavg()[0]
 
@@ -192,6 +219,12 @@ def main():
 
     print(f"\n{args.preset}: T={T}, {cfg['tokens_per_step']} tokens/step, window {window} blocks, "
           f"{args.threads} threads, load {load_before:.2f} -> {load_after:.2f}")
+    if args.rounds > 1:
+        for r in rounds:
+            print(f"round {r['round']}: ours {r['ours_tokens_per_s']:.1f}, pytorch "
+                  f"{r['pytorch_tokens_per_s']:.1f} tokens/s, ratio {r['ratio']:.2f}x "
+                  f"(load {r['load'][0]:.2f} -> {r['load'][1]:.2f})")
+        print("best round of each side:")
     print(f"{'':24} {'tokens/s':>10} {'step s':>8} {'TFLOP/s':>8} {'model TFLOP/s':>14}")
     for r in ours:
         print(f"{'nanogpt ' + str(r.get('precision', '?')):24} {r['tokens_per_s']:10.1f} "
@@ -214,6 +247,7 @@ def main():
         "pytorch_best_mode": torch_best["mode"] if torch_best else None,
         "target_ratio": TARGET_RATIO,
         "loadavg_before": load_before, "loadavg_after": load_after,
+        "rounds": rounds,
     }
     if ours_best and torch_best:
         ratio = ours_best["tokens_per_s"] / torch_best["tokens_per_s"]
@@ -222,6 +256,9 @@ def main():
             r.get("precision", "?"): r["tokens_per_s"] / torch_best["tokens_per_s"] for r in ours}
         print(f"ratio nanogpt {ours_best.get('precision', '?')} / pytorch {torch_best['mode']} "
               f"(best of each): {ratio:.2f}x (target {TARGET_RATIO:.0f}x)")
+        if len(rounds) > 1:
+            ratios = [r["ratio"] for r in rounds]
+            print(f"single rounds: {min(ratios):.2f}x to {max(ratios):.2f}x")
     elif not ours:
         print("nanogpt bench train gave no result: no ratio")
     if gemm_best and ours_best and "tflops" in ours_best:
