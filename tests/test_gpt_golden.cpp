@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
+#include "eval/model_scorer.hpp"
 #include "model/gpt.hpp"
 #include "runtime/safetensors.hpp"
 #include "support/fixtures.hpp"
@@ -217,6 +219,78 @@ TEST(GptGolden, GradientsAccumulateAcrossCalls) {
   model.forward_backward(g.inputs, g.targets, g.window, 0.5f);
   for (size_t i = 0; i < once.size(); i += 97)
     EXPECT_NEAR(model.grads()[i], 2 * once[i], 1e-6 + 1e-5 * std::abs(once[i]));
+}
+
+// The evaluation harness's `choice` and `text` scores (issue 17) on the base model's weights
+// against the same PyTorch reference's plain forwards of each whole sequence
+// (tools/golden/make_eval_golden.py): the scorer's cached path — a context run once into a K/V
+// cache, its choices continued from copies, the head over their rows, several cases batched —
+// against the definition. Contexts of 1 to 150 tokens (past one attention block), one-token and
+// longer continuations. Bound per score, relative to 1 + |score| (a sum of up to ~140 tokens'
+// log-probabilities): fp32 1e-5, bf16 1e-3, the mean loss's bounds above.
+void check_eval_scores_against_pytorch(const char* precision, double bound) {
+  Golden g;
+  set_config_value(g.config, std::string("precision=") + precision);
+  Gpt model(g.config);
+  g.load_params(model);
+  std::ifstream in(source_path("tests/data/golden_eval_scores.json"));
+  ASSERT_TRUE(in) << "tests/data/golden_eval_scores.json";
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j.at("window_blocks").get<int64_t>(), g.window);
+  ModelScorer scorer(model, g.window);
+  double worst = 0;
+  auto check = [&](double got, double want, const std::string& what) {
+    const double err = std::abs(got - want) / (1.0 + std::abs(want));
+    EXPECT_LT(err, bound) << what << ": " << got << " vs PyTorch " << want;
+    worst = std::max(worst, err);
+  };
+  struct Case {
+    std::vector<uint32_t> context;
+    std::vector<std::vector<uint32_t>> continuations;
+    std::vector<double> want;
+  };
+  std::vector<Case> cases;
+  for (const auto& c : j.at("choice")) {
+    cases.push_back({c.at("context").get<std::vector<uint32_t>>(),
+                     c.at("continuations").get<std::vector<std::vector<uint32_t>>>(),
+                     c.at("logprobs").get<std::vector<double>>()});
+  }
+  ASSERT_GE(cases.size(), 4u);
+  // Each case alone, then all of them in one batch.
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<double> got =
+        scorer.continuation_logprobs(cases[i].context, cases[i].continuations);
+    ASSERT_EQ(got.size(), cases[i].want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      check(got[k], cases[i].want[k],
+            "choice case " + std::to_string(i) + ", continuation " + std::to_string(k));
+    }
+  }
+  std::vector<ChoiceRequest> batch;
+  for (const Case& c : cases) batch.push_back({c.context, c.continuations});
+  const std::vector<std::vector<double>> together = scorer.continuation_logprobs(batch);
+  ASSERT_EQ(together.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_EQ(together[i].size(), cases[i].want.size());
+    for (size_t k = 0; k < together[i].size(); ++k) {
+      check(together[i][k], cases[i].want[k],
+            "batched choice case " + std::to_string(i) + ", continuation " + std::to_string(k));
+    }
+  }
+  for (const auto& t : j.at("text")) {
+    const auto tokens = t.at("tokens").get<std::vector<uint32_t>>();
+    check(scorer.text_logprob(tokens), t.at("logprob").get<double>(),
+          "text of " + std::to_string(tokens.size()) + " tokens");
+  }
+  std::printf("evaluation scores vs PyTorch (%s): worst relative error %.1e\n", precision, worst);
+}
+
+TEST(GptGolden, EvaluationScoresFp32MatchPyTorch) {
+  check_eval_scores_against_pytorch("fp32", 1e-5);
+}
+
+TEST(GptGolden, EvaluationScoresBf16MatchPyTorchWithinBf16Bounds) {
+  check_eval_scores_against_pytorch("bf16", 1e-3);
 }
 
 }  // namespace
