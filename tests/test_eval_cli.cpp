@@ -23,12 +23,7 @@ void expect_contains(const std::string& text, const std::string& part) {
 TEST(EvalCli, RunCompareAndAddFailuresOnAMicroCheckpoint) {
   TempDir dir;
   const std::string d = dir.path();
-  std::string corpus;
-  for (int i = 0; i < 80; ++i) {
-    corpus += "fortune number " + std::to_string(i) + " says hello to the " +
-              (i % 3 == 0 ? "cat" : "dog") + " and then goes home.\n%\n";
-  }
-  ASSERT_NO_FATAL_FAILURE(make_micro_cli_checkpoint(d, corpus));
+  ASSERT_NO_FATAL_FAILURE(make_micro_cli_checkpoint(d, micro_fortunes_corpus()));
 
   // Built-in suites from the held-out documents.
   auto bpb = run_nanogpt("evals make-suite --builtin fortunes-bpb --cases 6 --data " + d +

@@ -13,6 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/number_range.hpp"
+#include "cli/suite_on_checkpoint.hpp"
 #include "config/config.hpp"
 #include "data/bpe_tokenizer.hpp"
 #include "eval/eval_report.hpp"
@@ -280,35 +281,22 @@ void register_run(CLI::App& evals) {
                   "print where the time went to stderr");
   cmd->callback([a] {
     const Suite suite = load_suite(a->suite);
-    const std::string dir = require_checkpoint(a->checkpoint);
-    const std::string spec = checkpoint_tokenizer_spec(dir, a->tokenizer);
-    const BpeTokenizer tok = BpeTokenizer::load(spec);
-    const int workers =
-        static_cast<int>(std::min<size_t>(a->threads > 0 ? static_cast<size_t>(a->threads) : 1,
-                                          std::max<size_t>(1, suite.cases.size())));
-    std::vector<std::unique_ptr<Gpt>> models;
-    Config config = read_checkpoint_config(dir);
-    if (!a->precision.empty()) set_config_value(config, "precision=" + a->precision);
-    for (int w = 0; w < workers; ++w) {
-      models.push_back(std::make_unique<Gpt>(config));
-      load_model_weights(*models.back(), dir);
-    }
-    const Config& c = models.front()->config();
-    check_tokenizer_fits(suite, tok, spec, c);
-    std::vector<Gpt*> ptrs;
-    for (auto& m : models) ptrs.push_back(m.get());
+    CheckpointRun run;
+    run.checkpoint = a->checkpoint;
+    run.tokenizer = a->tokenizer;
+    run.precision = a->precision;
+    run.window = a->window;
+    run.threads = a->threads;
     SuiteRunOptions o;
     o.seed = static_cast<uint64_t>(a->seed);
     o.repeats = a->repeats;
     o.warmup_cases = a->warmup;
-    o.window_blocks = a->window > 0 ? a->window : attention_window_at(c, c.num_iterations);
     ProgressLine progress("evals run " + suite.name);
     o.progress = [&progress](size_t done, size_t total) { progress.update(done, total); };
     ProfileSession profile(a->profile);
-    EvalReport report = run_suite(suite, tok, ptrs, o);
+    int workers = 1;
+    EvalReport report = run_suite_on_checkpoint(suite, run, o, &workers);
     profile.finish();
-    report.checkpoint = dir;
-    report.tokenizer = spec;
     if (!a->report_json.empty()) save_report(report, a->report_json);
     if (!a->report_md.empty()) write_file_atomic(a->report_md, report_markdown(report));
     if (a->quiet) {

@@ -12,14 +12,18 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "cli/commands.hpp"
 #include "cli/number_range.hpp"
+#include "cli/suite_on_checkpoint.hpp"
 #include "eval/attack_plot.hpp"
 #include "eval/boosting_attack.hpp"
 #include "eval/holdout.hpp"
 #include "eval/leaderboard_state.hpp"
+#include "eval/suite.hpp"
+#include "eval/suite_predictions.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/file_io.hpp"
@@ -112,26 +116,72 @@ void register_init(CLI::App& board) {
 }
 
 void register_submit(CLI::App& board) {
-  auto* cmd = board.add_subcommand("submit", "Score a predictions file and show its public answer");
+  auto* cmd = board.add_subcommand(
+      "submit",
+      "Score a predictions file, or a checkpoint run on a suite, and show its public answer");
   struct Args {
-    std::string state, predictions, name;
+    std::string state, predictions, name, checkpoint, suite, precision;
+    int64_t window = 0;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--state", a->state, "The leaderboard's state file")->required();
-  cmd->add_option("--predictions", a->predictions,
-                  "One prediction per holdout row, one per line (a class id, or a probability "
-                  "of class 1 on a brier board)")
-      ->required();
-  cmd->add_option("--name", a->name, "A name for the submission (default: the file's name)");
+  auto* predictions = cmd->add_option(
+      "--predictions", a->predictions,
+      "One prediction per holdout row, one per line (a class id, or a probability of class 1 "
+      "on a brier board)");
+  auto* checkpoint = cmd->add_option(
+      "--checkpoint", a->checkpoint,
+      "Instead of a predictions file: a checkpoint (or run directory) run on --suite; a row's "
+      "prediction is its case's most likely choice (brier boards: the probability of choice 1 "
+      "of two)");
+  auto* suite = cmd->add_option("--suite", a->suite,
+                                "With --checkpoint: a suite of choice cases, one per holdout row "
+                                "in the holdout's order (its gold indices are not used)");
+  cmd->add_option("--precision", a->precision,
+                  "With --checkpoint: products in fp32 or bf16 (default: the checkpoint's)")
+      ->check(CLI::IsMember({"fp32", "bf16", "auto"}));
+  add_checkpoint_window_option(cmd, a->window);
+  checkpoint->excludes(predictions);
+  checkpoint->needs(suite);
+  suite->needs(checkpoint);
+  cmd->add_option("--name", a->name,
+                  "A name for the submission (default: the predictions file's or the "
+                  "checkpoint's name)");
   cmd->callback([a] {
+    if (a->predictions.empty() && a->checkpoint.empty()) {
+      throw InputError(
+          "leaderboard submit needs --predictions FILE, or --checkpoint DIR with --suite FILE");
+    }
+    // A checkpoint runs before the board is locked (a model run takes a while, and other
+    // submitters wait on the lock): what it needs of the board, its loss and its holdout, is
+    // fixed when the board is created.
+    std::optional<ScoredSubmission> scored;
+    std::string name = a->name;
+    if (!a->checkpoint.empty()) {
+      const LeaderboardState given = load_leaderboard_state(a->state);
+      const Holdout h = load_board_holdout(given, a->state);
+      const Suite s = load_suite(a->suite);
+      check_suite_for_submission(s, given.loss, h.labels.size(), a->suite);
+      CheckpointRun run;
+      run.checkpoint = a->checkpoint;
+      run.precision = a->precision;
+      run.window = a->window;
+      const EvalReport report = run_suite_on_checkpoint(s, run, SuiteRunOptions{});
+      scored =
+          score_predictions(report.checkpoint + " on " + a->suite,
+                            predictions_from_report(report, given.loss, a->suite), h, given.loss);
+      if (name.empty()) name = std::filesystem::path(report.checkpoint).filename().string();
+    }
     const LeaderboardLock lock(a->state);  // concurrent submits take turns
     LeaderboardState state = load_leaderboard_state(a->state);
     const Holdout h = load_board_holdout(state, a->state);
-    const std::string name =
-        a->name.empty() ? std::filesystem::path(a->predictions).filename().string() : a->name;
+    if (!scored) {
+      scored = score_submission(a->predictions, h, state.loss);
+      if (name.empty()) name = std::filesystem::path(a->predictions).filename().string();
+    }
     const double before = state.memory.shown;
     const bool had_leader = state.memory.has_leader;
-    const SubmissionRecord rec = submit_to_leaderboard(state, h, a->predictions, name, utc_now());
+    const SubmissionRecord rec = submit_scored(state, *scored, name, utc_now());
     save_leaderboard_state(state, a->state);
     std::printf("submission #%lld '%s': public score %.5f\n", static_cast<long long>(rec.number),
                 rec.name.c_str(), rec.answer);

@@ -27,8 +27,9 @@ void register_rl(CLI::App& app);    // cmd_rl.cpp
 void register_dpo(CLI::App& app);   // cmd_dpo.cpp
 void register_chat(CLI::App& app);  // cmd_chat.cpp
 
-// `--window N` of the commands that run a checkpoint (eval, sample, evals run): the long
-// layers' attention window in blocks; 0 (unset) means the window training ended with.
+// `--window N` of the commands that run a checkpoint (eval, sample, evals run, leaderboard
+// submit --checkpoint): the long layers' attention window in blocks; 0 (unset) means the window
+// training ended with.
 inline void add_checkpoint_window_option(CLI::App* cmd, int64_t& window) {
   cmd->add_option("--window", window,
                   "Attention window of the long layers in blocks of block_size tokens (default: "

@@ -260,13 +260,18 @@ const SubmissionRecord& submit_to_leaderboard(LeaderboardState& state, const Hol
                                               const std::string& predictions_path,
                                               const std::string& name, const std::string& time) {
   // Everything that can fail happens before the state is touched.
-  ScoredSubmission scored = score_submission(predictions_path, holdout, state.loss);
+  const ScoredSubmission scored = score_submission(predictions_path, holdout, state.loss);
+  return submit_scored(state, scored, name, time);
+}
+
+const SubmissionRecord& submit_scored(LeaderboardState& state, const ScoredSubmission& scored,
+                                      const std::string& name, const std::string& time) {
   LeaderboardMechanism mechanism(state.mechanism, state.memory);
   const MechanismAnswer a = mechanism.answer(scored.losses, scored.mean_loss);
   SubmissionRecord rec;
   rec.number = static_cast<int64_t>(state.submissions.size()) + 1;
   rec.name = name;
-  rec.file = predictions_path;
+  rec.file = scored.path;
   rec.sha256 = scored.sha256;
   rec.time = time;
   rec.private_score = scored.mean_loss;

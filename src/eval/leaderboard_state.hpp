@@ -75,4 +75,9 @@ const SubmissionRecord& submit_to_leaderboard(LeaderboardState& state, const Hol
                                               const std::string& predictions_path,
                                               const std::string& name, const std::string& time);
 
+// Answers a submission already scored (score_predictions: a checkpoint's predictions),
+// appending it to the history.
+const SubmissionRecord& submit_scored(LeaderboardState& state, const ScoredSubmission& scored,
+                                      const std::string& name, const std::string& time);
+
 }  // namespace nanogpt

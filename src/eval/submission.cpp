@@ -42,9 +42,13 @@ namespace {
 }  // namespace
 
 ScoredSubmission score_submission(const std::string& path, const Holdout& holdout, LossKind kind) {
+  return score_predictions(path, read_file(path), holdout, kind);
+}
+
+ScoredSubmission score_predictions(const std::string& path, const std::string& contents,
+                                   const Holdout& holdout, LossKind kind) {
   ScoredSubmission s;
   s.path = path;
-  const std::string contents = read_file(path);
   s.sha256 = sha256_hex(contents);
   const std::vector<std::string_view> rows = split_rows(contents);
   if (rows.size() != holdout.labels.size()) {

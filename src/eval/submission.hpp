@@ -38,4 +38,9 @@ struct ScoredSubmission {
 // InputError naming the file, the counts or the row; labels never appear in a message.
 ScoredSubmission score_submission(const std::string& path, const Holdout& holdout, LossKind kind);
 
+// The same on predictions already in memory (a checkpoint's, suite_predictions.hpp); `source`
+// stands for the file in the record and in messages.
+ScoredSubmission score_predictions(const std::string& source, const std::string& contents,
+                                   const Holdout& holdout, LossKind kind);
+
 }  // namespace nanogpt

@@ -18,6 +18,16 @@
 
 namespace nanogpt {
 
+// 80 short fortune-like documents: enough held-out ones (20) for a few choice cases.
+inline std::string micro_fortunes_corpus() {
+  std::string corpus;
+  for (int i = 0; i < 80; ++i) {
+    corpus += "fortune number " + std::to_string(i) + " says hello to the " +
+              (i % 3 == 0 ? "cat" : "dog") + " and then goes home.\n%\n";
+  }
+  return corpus;
+}
+
 inline void make_micro_cli_checkpoint(const std::string& dir, const std::string& corpus) {
   write_file_atomic(dir + "/f.txt", corpus);
   std::filesystem::create_directories(dir + "/data");
