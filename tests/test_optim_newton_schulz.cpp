@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bf16.hpp"
 #include "optim/newton_schulz.hpp"
 #include "runtime/error.hpp"
 #include "runtime/safetensors.hpp"
@@ -53,9 +54,14 @@ std::vector<float> nesterov_input(const std::vector<float>& g, const std::vector
   return u;
 }
 
-// The same iteration in double with plain loops: what fp32 approximates.
+// The same iteration in double with plain loops: what fp32 approximates. With
+// `bf16_operands`, each product's operands are first rounded to bf16 (through fp32, as the
+// iterate is stored), the addends b·A and a·X are not: what the bf16 iteration computes.
 std::vector<double> newton_schulz_f64(const std::vector<float>& G, int64_t rows, int64_t cols,
-                                      int steps) {
+                                      int steps, bool bf16_operands = false) {
+  auto op = [&](double v) {
+    return bf16_operands ? static_cast<double>(round_to_bf16(static_cast<float>(v))) : v;
+  };
   const bool tall = rows > cols;
   const int64_t r = tall ? cols : rows, c = tall ? rows : cols;  // W is r×c, r <= c
   std::vector<double> W(static_cast<size_t>(r * c));
@@ -77,21 +83,21 @@ std::vector<double> newton_schulz_f64(const std::vector<float>& G, int64_t rows,
     for (int64_t i = 0; i < r; ++i) {
       for (int64_t j = 0; j < r; ++j) {
         double sum = 0;
-        for (int64_t k = 0; k < c; ++k) sum += at(W, c, i, k) * at(W, c, j, k);
+        for (int64_t k = 0; k < c; ++k) sum += op(at(W, c, i, k)) * op(at(W, c, j, k));
         at(A, r, i, j) = sum;
       }
     }
     for (int64_t i = 0; i < r; ++i) {
       for (int64_t j = 0; j < r; ++j) {
         double sum = 0;
-        for (int64_t k = 0; k < r; ++k) sum += at(A, r, i, k) * at(A, r, k, j);
+        for (int64_t k = 0; k < r; ++k) sum += op(at(A, r, i, k)) * op(at(A, r, k, j));
         at(B, r, i, j) = b * at(A, r, i, j) + cc * sum;
       }
     }
     for (int64_t i = 0; i < r; ++i) {
       for (int64_t j = 0; j < c; ++j) {
         double sum = 0;
-        for (int64_t k = 0; k < r; ++k) sum += at(B, r, i, k) * at(W, c, k, j);
+        for (int64_t k = 0; k < r; ++k) sum += op(at(B, r, i, k)) * op(at(W, c, k, j));
         at(next, c, i, j) = a * at(W, c, i, j) + sum;
       }
     }
@@ -200,6 +206,38 @@ TEST(NewtonSchulz, MatchesGoldenOnEveryShape) {
     EXPECT_LT(err, kGoldenTolerance) << c;
     // Our fp32 is as close to exact arithmetic as torch's is, within a small factor.
     EXPECT_LT(err64, std::max(4 * golden64, 2e-6)) << c;
+  }
+}
+
+// The bf16 iteration (the products on bf16-rounded operands, fp32 accumulation, an fp32
+// iterate) against the same in double, one step: fp32 and double put an operand on different
+// sides of a bf16 rounding boundary only when it sits within an fp32 ulp of one, so one step
+// agrees to fp32's ~1e-7 of the output's scale (observed ≤ 8.4e-8 on these shapes), while the
+// iteration on unrounded operands is ~1e-4 away (observed ≥ 5.8e-5): a product whose operands
+// were not rounded, or rounded differently, shows. Over more steps the rare flips grow by the
+// quintic's slope (~1e-3 after two steps on 256×64), so five steps are checked by their effect:
+// every singular value lands near one as in fp32.
+TEST(NewtonSchulz, Bf16IsTheIterationOnBf16Operands) {
+  uint32_t seed = 41;
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {24, 40}, {40, 24}, {64, 256}, {256, 64}, {200, 200}, {130, 300}}) {
+    const auto G = random_matrix(rows, cols, seed++);
+    const std::string c = std::to_string(rows) + "x" + std::to_string(cols);
+    NewtonSchulzWorkspace ws;
+    ws.precision = Precision::kBf16;
+    std::vector<float> got(G.size());
+    newton_schulz5(G.data(), rows, cols, 1, got.data(), ws);
+    const double err = max_rel_error(got, newton_schulz_f64(G, rows, cols, 1, true));
+    const double err_unrounded = max_rel_error(got, newton_schulz_f64(G, rows, cols, 1, false));
+    RecordProperty(c + "_error_vs_bf16_operands", sci(err));
+    RecordProperty(c + "_error_vs_fp32_operands", sci(err_unrounded));
+    EXPECT_LT(err, 1e-6) << c;
+    EXPECT_GT(err_unrounded, 2e-5) << c;
+    if (rows == cols) continue;  // a square Gaussian may have a singular value near zero
+    newton_schulz5(G.data(), rows, cols, 5, got.data(), ws);
+    const auto sv = singular_values(got, rows, cols);
+    EXPECT_GT(sv.front(), 0.6) << c;
+    EXPECT_LT(sv.back(), 1.2) << c;
   }
 }
 

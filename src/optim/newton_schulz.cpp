@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/dot.hpp"
 #include "kernels/matmul.hpp"
 #include "optim/elementwise.hpp"
 #include "runtime/error.hpp"
@@ -37,12 +38,15 @@ void symmetric_product(Precision pr, const float* X, int64_t ldx, bool columns, 
     ep.addend = D != nullptr ? D + i0 * k : nullptr;
     ep.ld_addend = k;
     ep.addend_scale = s;
+    // No epilogue at all where there is nothing to add: a plain product may store its sums
+    // straight into C (MicroKernel::fn_to_c) instead of finishing them through the accumulator.
+    const GemmEpilogue* epilogue = D != nullptr ? &ep : nullptr;
     if (columns) {
       matmul(pr, Trans::kYes, Trans::kNo, i1 - i0, i1, inner, alpha, X + i0, ldx, X, ldx, 0.0f,
-             C + i0 * k, k, &ep);
+             C + i0 * k, k, epilogue);
     } else {
       matmul(pr, Trans::kNo, Trans::kYes, i1 - i0, i1, inner, alpha, X + i0 * ldx, ldx, X, ldx,
-             0.0f, C + i0 * k, k, &ep);
+             0.0f, C + i0 * k, k, epilogue);
     }
   }
   // The upper triangle from the lower, in 32×32 tiles so the column reads stay in L1.
@@ -102,14 +106,12 @@ void poly_times_x(Precision pr, const float* B, const float* x, int64_t rows, in
   }
 }
 
-// ‖G‖_F, accumulated in double per fixed chunk and combined in chunk order: more accurate
-// than torch's fp32 reduction, and the same on any number of threads.
+// ‖G‖_F, accumulated in double per fixed chunk (in dot_double's fixed lanes) and combined in
+// chunk order: more accurate than torch's fp32 reduction, and the same on any number of threads.
 double frobenius_norm(const float* G, int64_t n, double* partial) {
   const size_t chunks = static_cast<size_t>(elementwise_chunks(n));
   for_each_chunk(n, [&](int64_t chunk, int64_t begin, int64_t end) {
-    double sum = 0.0;
-    for (int64_t i = begin; i < end; ++i) sum += static_cast<double>(G[i]) * G[i];
-    partial[static_cast<size_t>(chunk)] = sum;
+    partial[static_cast<size_t>(chunk)] = dot_double(G + begin, G + begin, end - begin);
   });
   double total = 0.0;
   for (size_t c = 0; c < chunks; ++c) total += partial[c];
@@ -168,12 +170,14 @@ void newton_schulz5(const float* G, int64_t rows, int64_t cols, int steps, float
   });
 
   for (int step = 0; step < steps; ++step) {
+    // The last step writes the result where it is wanted (G, if `out` is G, is read by now).
+    float* next = step + 1 == steps ? out : x_next;
     gram(ws.precision, x, rows, cols, A);
     poly_of_gram(ws.precision, A, k, coeffs.b, coeffs.c, B);
-    poly_times_x(ws.precision, B, x, rows, cols, coeffs.a, x_next);
+    poly_times_x(ws.precision, B, x, rows, cols, coeffs.a, next);
     std::swap(x, x_next);
   }
-  std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));
+  if (steps == 0) std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));
 }
 
 }  // namespace nanogpt
