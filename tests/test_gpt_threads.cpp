@@ -51,5 +51,20 @@ TEST(GptThreads, GroupedQueryAttentionStepIsBitwiseIdenticalForAnyThreadCount) {
   }
 }
 
+// Value embeddings wider than one column range (64) of their gradient's accumulation, the last
+// range partial: threads take disjoint columns, each in token order.
+TEST(GptThreads, WideValueEmbeddingStepIsBitwiseIdenticalForAnyThreadCount) {
+  Config c = micro_config();
+  c.num_heads = 3;
+  c.head_dim = 48;  // value rows of 144: ranges of 64, 64 and 16
+  c.model_dim = 144;
+  set_config_value(c, "precision=bf16");
+  ASSERT_TRUE(c.value_embeddings);
+  const StepResult one = run_step(c, 1);
+  EXPECT_TRUE(std::isfinite(one.loss));
+  expect_bitwise_equal(one, run_step(c, 2), 2);
+  expect_bitwise_equal(one, run_step(c, 3), 3);
+}
+
 }  // namespace
 }  // namespace nanogpt

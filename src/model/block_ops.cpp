@@ -232,14 +232,22 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s
                                                     const Real* raw, const Real* rstd_qk,
                                                     const Real* qkv, Real* scratch, Real* dqkv) {
   const int64_t row = s.row(), heads = s.Hq + s.Hkv, v_at = heads * s.D, kv = s.kv_width();
-  // Tokens repeat, so rows of the value embedding's gradient are shared: accumulated serially,
-  // in token order, before the parallel pass rescales dv.
+  // Tokens repeat, so rows of the value embedding's gradient are shared: each element is
+  // accumulated in token order, before the parallel pass rescales dv. Threads take disjoint
+  // column ranges, so that order, and the bits, do not depend on the thread count.
   if (dve != nullptr) {
-    for (int64_t t = 0; t < T; ++t) {
-      const Real* gv = &dqkv[t * row + v_at];
-      Real* dvrow = dve + tokens[t] * kv;
-      for (int64_t e = 0; e < kv; ++e) dvrow[e] += la1 * gv[e];
-    }
+    constexpr int64_t kColumns = 64;
+    ThreadPool::current().parallel_for(static_cast<size_t>(ceil_div(kv, kColumns)),
+                                       [&](size_t chunk, int) {
+                                         const int64_t e0 = static_cast<int64_t>(chunk) * kColumns;
+                                         const int64_t e1 = std::min(kv, e0 + kColumns);
+                                         for (int64_t t = 0; t < T; ++t) {
+                                           const Real* gv = &dqkv[t * row + v_at];
+                                           Real* dvrow = dve + tokens[t] * kv;
+                                           for (int64_t e = e0; e < e1; ++e)
+                                             dvrow[e] += la1 * gv[e];
+                                         }
+                                       });
   }
   std::vector<std::array<double, 2>> dla(static_cast<size_t>(row_blocks(T)));
   for_row_blocks("qk_norm.rotary.v_mix.bwd", T, 3 * row, [&](int64_t b, int64_t t0, int64_t t1) {
@@ -251,10 +259,11 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s
       dla0 += dot_double(drow + v_at, in + v_at, kv);
       if (vrow != nullptr) dla1 += dot_double(drow + v_at, vrow, kv);
       for (int64_t e = 0; e < kv; ++e) drow[v_at + e] *= la0;
-      // q, k: undo the rotation on the gradient, then the per-head norm. scratch holds each
-      // token's normalised q, k before RoPE.
+      // q, k: undo the rotation on the gradient, then the per-head norm. y is the token's
+      // normalised q, k before RoPE, in the block's first row of scratch: one row, reused by the
+      // block's tokens, stays in L1 where a row per token would be written out to memory.
       rotary.apply_inverse(drow, heads, pos[t]);
-      Real* y = &scratch[t * v_at];
+      Real* y = &scratch[t0 * v_at];
       std::memcpy(y, &qkv[t * row], v_at * sizeof(Real));
       rotary.apply_inverse(y, heads, pos[t]);
       rmsnorm_backward(y, s.D, &rstd_qk[t * heads], drow, s.D, drow, s.D, heads, s.D, false);

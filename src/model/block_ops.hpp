@@ -89,8 +89,9 @@ void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTabl
                                   const int64_t* pos, const int32_t* tokens, const Real* ve,
                                   Real la0, Real la1, const Real* raw, Real* rstd_qk, Real* qkv);
 // Backward: dqkv (attention's input gradients) becomes the gradient of raw, in place;
-// dve[tokens[t]] += λa1·dv (serially, in token order). qkv is the forward's output, scratch a
-// [T, (Hq + Hkv)·D] buffer. Returns Σ dv·v_raw and Σ dv·ve (the attention lambdas' gradients).
+// dve[tokens[t]] += λa1·dv (in token order). qkv is the forward's output, scratch a
+// [T, (Hq + Hkv)·D] buffer (of which one row per block of rows is used). Returns Σ dv·v_raw and Σ
+// dv·ve (the attention lambdas' gradients).
 template <class Real>
 std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s,
                                                     const RotaryTableT<Real>& rotary,
