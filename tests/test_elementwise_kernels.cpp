@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "kernels/axpby.hpp"
 #include "kernels/dot.hpp"
 #include "kernels/relu_squared.hpp"
 #include "kernels/rmsnorm.hpp"
@@ -116,6 +117,80 @@ TEST(Rotary, MatchesFormulaAndInverts) {
     }
     rope.apply_inverse(y.data(), H, t);
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-6 * (1 + std::abs(x[i])));
+  }
+}
+
+// The float kernels run the clone for this CPU (AVX-512, AVX2 or the baseline); the portable
+// loops they are built from, inlined here, are this file's baseline x86-64 code (no FMA to
+// contract into). Equal bits show the clone in use evaluates each element as written: no fused
+// a·b + c, no reassociation, the right tails. With contraction allowed in the clones' files,
+// weighted_sum and rotate_heads differ here on any CPU with FMA.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(ElementwiseClones, AxpbyGivesThePortableLoopsBits) {
+  for (int64_t n : {1, 15, 16, 17, 100, 256, 1031}) {
+    const auto seed = static_cast<uint32_t>(n);
+    const auto x = random_vector(static_cast<size_t>(n), 200 + seed, 3.0f);
+    const auto y = random_vector(static_cast<size_t>(n), 300 + seed, 0.7f);
+    const float a = 0.8317f, b = -1.3107f;
+    std::vector<float> got(x.size(), kPoison), want(x.size(), kPoison);
+    add_scaled(n, x.data(), a, y.data(), got.data());
+    add_scaled_loop(n, x.data(), a, y.data(), want.data());
+    EXPECT_TRUE(same_bits(got, want)) << "add_scaled n=" << n;
+    weighted_sum(n, a, x.data(), b, y.data(), got.data());
+    weighted_sum_loop(n, a, x.data(), b, y.data(), want.data());
+    EXPECT_TRUE(same_bits(got, want)) << "weighted_sum n=" << n;
+    weighted_sum(n, a, x.data(), b, nullptr, got.data());
+    weighted_sum_loop(n, a, x.data(), b, static_cast<const float*>(nullptr), want.data());
+    EXPECT_TRUE(same_bits(got, want)) << "weighted_sum without y n=" << n;
+    scaled_copy(n, a, x.data(), got.data());
+    scaled_copy_loop(n, a, x.data(), want.data());
+    EXPECT_TRUE(same_bits(got, want)) << "scaled_copy n=" << n;
+    // In place, as the model calls them (out aliasing x).
+    got = x;
+    want = x;
+    add_scaled(n, got.data(), b, y.data(), got.data());
+    add_scaled_loop(n, want.data(), b, y.data(), want.data());
+    EXPECT_TRUE(same_bits(got, want)) << "add_scaled in place n=" << n;
+    for (int64_t i = 0; i < n; ++i) {  // and the values are the expressions' (one rounding each)
+      ASSERT_NEAR(got[i], double(x[i]) + double(b) * y[i], 1e-6 * (std::abs(x[i]) + 1)) << i;
+    }
+  }
+}
+
+TEST(ElementwiseClones, RmsNormAndRotaryGiveThePortableLoopsBits) {
+  for (int64_t dim : {16, 64, 128, 129}) {
+    const int64_t rows = 6;
+    const auto seed = static_cast<uint32_t>(dim);
+    const auto x = random_vector(static_cast<size_t>(rows * dim), 400 + seed, 2.0f);
+    const auto dy = random_vector(x.size(), 500 + seed);
+    std::vector<float> y(x.size(), kPoison), y_want(x.size(), kPoison);
+    std::vector<float> rstd(static_cast<size_t>(rows), kPoison), rstd_want = rstd;
+    rmsnorm_forward(x.data(), dim, y.data(), dim, rstd.data(), rows, dim);
+    rmsnorm_forward_rows(x.data(), dim, y_want.data(), dim, rstd_want.data(), rows, dim);
+    EXPECT_TRUE(same_bits(y, y_want) && same_bits(rstd, rstd_want)) << "forward dim=" << dim;
+    for (const bool accumulate : {false, true}) {
+      std::vector<float> dx = dy, dx_want = dy;  // accumulate adds to dy's values
+      rmsnorm_backward(y.data(), dim, rstd.data(), dy.data(), dim, dx.data(), dim, rows, dim,
+                       accumulate);
+      rmsnorm_backward_rows(y.data(), dim, rstd.data(), dy.data(), dim, dx_want.data(), dim, rows,
+                            dim, accumulate);
+      EXPECT_TRUE(same_bits(dx, dx_want)) << "backward dim=" << dim << " acc=" << accumulate;
+    }
+    if (dim % 4 != 0) continue;
+    const RotaryTable rope(64, dim);
+    for (const int64_t t : {1, 37, 63}) {
+      for (const float direction : {1.0f, -1.0f}) {
+        std::vector<float> r = x, r_want = x;
+        const float* c = rope.cos_row(t);
+        const float* s = rope.sin_row(t);
+        rotate_heads(r.data(), rows, dim, c, s, direction);
+        rotate_heads_rows(r_want.data(), rows, dim, c, s, direction);
+        EXPECT_TRUE(same_bits(r, r_want)) << "rotary dim=" << dim << " t=" << t;
+      }
+    }
   }
 }
 

@@ -8,7 +8,35 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/target.hpp"
+
 namespace nanogpt {
+
+// Rotates `heads` heads of head_dim values in place by one position's cos c and sin s (head_dim
+// / 2 each), turned by `direction` (+1: forward, −1: inverse). Always inlined so that the float
+// version's clones (rotary.cpp) each compile it for their own ISA.
+template <class Real>
+NANOGPT_ALWAYS_INLINE void rotate_heads_rows(Real* x, int64_t heads, int64_t head_dim,
+                                             const Real* c, const Real* s, Real direction) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    Real* x1 = x + h * head_dim;
+    Real* x2 = x1 + half;
+    for (int64_t j = 0; j < half; ++j) {
+      const Real a = x1[j], b = x2[j], sj = direction * s[j];
+      x1[j] = a * c[j] + b * sj;
+      x2[j] = -a * sj + b * c[j];
+    }
+  }
+}
+
+// The float version is compiled for AVX-512, AVX2 and the baseline, each giving the same bits.
+void rotate_heads(float* x, int64_t heads, int64_t head_dim, const float* c, const float* s,
+                  float direction);
+inline void rotate_heads(double* x, int64_t heads, int64_t head_dim, const double* c,
+                         const double* s, double direction) {
+  rotate_heads_rows(x, heads, head_dim, c, s, direction);
+}
 
 template <class Real>
 class RotaryTableT {
@@ -35,6 +63,9 @@ class RotaryTableT {
     }
   }
   int64_t head_dim() const { return head_dim_; }
+  // One position's cos and sin, head_dim / 2 values each.
+  const Real* cos_row(int64_t position) const { return cos_.data() + position * (head_dim_ / 2); }
+  const Real* sin_row(int64_t position) const { return sin_.data() + position * (head_dim_ / 2); }
   int64_t max_positions() const { return max_positions_; }
 
   // Rotates `heads` heads of one token at `position` in place (x: heads × head_dim, contiguous).
@@ -48,18 +79,7 @@ class RotaryTableT {
 
  private:
   void rotate(Real* x, int64_t heads, int64_t position, Real direction) const {
-    const int64_t half = head_dim_ / 2;
-    const Real* c = cos_.data() + position * half;
-    const Real* s = sin_.data() + position * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      Real* x1 = x + h * head_dim_;
-      Real* x2 = x1 + half;
-      for (int64_t j = 0; j < half; ++j) {
-        const Real a = x1[j], b = x2[j], sj = direction * s[j];
-        x1[j] = a * c[j] + b * sj;
-        x2[j] = -a * sj + b * c[j];
-      }
-    }
+    rotate_heads(x, heads, head_dim_, cos_row(position), sin_row(position), direction);
   }
 
   int64_t max_positions_ = 0, head_dim_ = 0;

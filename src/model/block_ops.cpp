@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/axpby.hpp"
 #include "kernels/dot.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "runtime/integer_math.hpp"
@@ -105,14 +106,14 @@ template <class Real>
 void embed_norm_backward(int64_t T, int64_t d, const int32_t* tokens, const Real* x0,
                          const Real* rstd0, Real* dx0, const Real* dx, Real* dnorm, Real* dembed) {
   for_row_blocks("embed.norm.bwd", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
-    for (int64_t j = t0 * d; j < t1 * d; ++j) dx0[j] += dx[j];
+    add_scaled((t1 - t0) * d, &dx0[t0 * d], Real(1), &dx[t0 * d], &dx0[t0 * d]);
     rmsnorm_backward(&x0[t0 * d], d, &rstd0[t0], &dx0[t0 * d], d, &dnorm[t0 * d], d, t1 - t0, d,
                      false);
   });
   for (int64_t t = 0; t < T; ++t) {
     Real* row = dembed + tokens[t] * d;
     const Real* src = &dnorm[t * d];
-    for (int64_t e = 0; e < d; ++e) row[e] += src[e];
+    add_scaled(d, row, Real(1), src, row);
   }
 }
 
@@ -121,27 +122,21 @@ void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* 
                           const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
                           Real* norm, Real* rstd) {
   for_row_blocks("residual_mix.norm1", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
-    // The optional inputs are tested once per block, not per element, so that the element
-    // loops vectorize (a select between pointers inside one kept it scalar: perf, 2026-11-26).
-    // Each element is the same expression as before, so the bits are too.
-    const int64_t j0 = t0 * d, j1 = t1 * d;
+    // The optional inputs are tested once per block, not per element (a select between
+    // pointers inside the loop kept it scalar: perf, 2026-11-26).
+    const int64_t j0 = t0 * d, len = (t1 - t0) * d;
+    const size_t bytes = static_cast<size_t>(len) * sizeof(Real);
     if (skip_src != nullptr) {
-      for (int64_t j = j0; j < j1; ++j) x_in[j] = x_prev[j] + skip * skip_src[j];
+      add_scaled(len, x_prev + j0, skip, skip_src + j0, x_in + j0);
     } else {
-      for (int64_t j = j0; j < j1; ++j) x_in[j] = x_prev[j];
+      std::memcpy(x_in + j0, x_prev + j0, bytes);
     }
     if (x0 != nullptr) {
-      for (int64_t j = j0; j < j1; ++j) {
-        const Real m = l0 * x_in[j] + l1 * x0[j];
-        x_mix[j] = m;
-        x_res[j] = m;
-      }
+      weighted_sum(len, l0, x_in + j0, l1, x0 + j0, x_mix + j0);
     } else {
-      for (int64_t j = j0; j < j1; ++j) {
-        x_mix[j] = x_in[j];
-        x_res[j] = x_in[j];
-      }
+      std::memcpy(x_mix + j0, x_in + j0, bytes);
     }
+    std::memcpy(x_res + j0, x_mix + j0, bytes);
     if (norm != nullptr)
       rmsnorm_forward(&x_mix[t0 * d], d, &norm[t0 * d], d, &rstd[t0], t1 - t0, d);
   });
@@ -158,16 +153,13 @@ std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_
     if (x0 != nullptr) {  // without the mix, d(x_in) = d(x_mix): dx stays
       dl0 = dot_double(dx + j0, x_in + j0, len);
       dl1 = dot_double(dx + j0, x0 + j0, len);
-      for (int64_t j = j0; j < j0 + len; ++j) {
-        const Real gm = dx[j];
-        dx0[j] += l1 * gm;
-        dx[j] = l0 * gm;  // d(x_in)
-      }
+      add_scaled(len, dx0 + j0, l1, dx + j0, dx0 + j0);
+      scaled_copy(len, l0, dx + j0, dx + j0);  // d(x_in)
     }
     double dsw = 0;
     if (skip_src != nullptr) {
       dsw = dot_double(dx + j0, skip_src + j0, len);
-      for (int64_t j = j0; j < j0 + len; ++j) dskip_src[j] += skip * dx[j];
+      add_scaled(len, dskip_src + j0, skip, dx + j0, dskip_src + j0);
     }
     partial[static_cast<size_t>(b)] = {dl0, dl1, dsw};
   });
@@ -195,7 +187,7 @@ void rmsnorm_rows_backward(const char* name, int64_t T, int64_t d, const Real* y
 template <class Real>
 void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx) {
   for_row_blocks(name, T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
-    for (int64_t j = t0 * d; j < t1 * d; ++j) dx[j] += ds[j];
+    add_scaled((t1 - t0) * d, &dx[t0 * d], Real(1), &ds[t0 * d], &dx[t0 * d]);
   });
 }
 
@@ -212,14 +204,9 @@ void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTabl
       // q and k: Hq + Hkv heads of D, normalised per head, then rotated.
       rmsnorm_forward(in, s.D, out, s.D, &rstd_qk[t * heads], heads, s.D);
       rotary.apply(out, heads, pos[t]);
-      // v: the value-embedding mix, its branch outside the element loop so the loop
-      // vectorizes (the same expression per element, so the same bits).
-      if (ve != nullptr) {
-        const Real* vrow = ve + tokens[t] * kv;
-        for (int64_t e = 0; e < kv; ++e) out[v_at + e] = la0 * in[v_at + e] + la1 * vrow[e];
-      } else {
-        for (int64_t e = 0; e < kv; ++e) out[v_at + e] = la0 * in[v_at + e] + Real(0);
-      }
+      // v: the value-embedding mix (without value embeddings, la0·v + 0).
+      weighted_sum(kv, la0, in + v_at, la1, ve == nullptr ? nullptr : ve + tokens[t] * kv,
+                   out + v_at);
     }
   });
 }
@@ -237,17 +224,16 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s
   // column ranges, so that order, and the bits, do not depend on the thread count.
   if (dve != nullptr) {
     constexpr int64_t kColumns = 64;
-    ThreadPool::current().parallel_for(static_cast<size_t>(ceil_div(kv, kColumns)),
-                                       [&](size_t chunk, int) {
-                                         const int64_t e0 = static_cast<int64_t>(chunk) * kColumns;
-                                         const int64_t e1 = std::min(kv, e0 + kColumns);
-                                         for (int64_t t = 0; t < T; ++t) {
-                                           const Real* gv = &dqkv[t * row + v_at];
-                                           Real* dvrow = dve + tokens[t] * kv;
-                                           for (int64_t e = e0; e < e1; ++e)
-                                             dvrow[e] += la1 * gv[e];
-                                         }
-                                       });
+    ThreadPool::current().parallel_for(
+        static_cast<size_t>(ceil_div(kv, kColumns)), [&](size_t chunk, int) {
+          const int64_t e0 = static_cast<int64_t>(chunk) * kColumns;
+          const int64_t e1 = std::min(kv, e0 + kColumns);
+          for (int64_t t = 0; t < T; ++t) {
+            const Real* gv = &dqkv[t * row + v_at];
+            Real* dvrow = dve + tokens[t] * kv;
+            add_scaled(e1 - e0, dvrow + e0, la1, gv + e0, dvrow + e0);
+          }
+        });
   }
   std::vector<std::array<double, 2>> dla(static_cast<size_t>(row_blocks(T)));
   for_row_blocks("qk_norm.rotary.v_mix.bwd", T, 3 * row, [&](int64_t b, int64_t t0, int64_t t1) {
@@ -258,7 +244,7 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s
       const Real* vrow = ve == nullptr ? nullptr : ve + tokens[t] * kv;
       dla0 += dot_double(drow + v_at, in + v_at, kv);
       if (vrow != nullptr) dla1 += dot_double(drow + v_at, vrow, kv);
-      for (int64_t e = 0; e < kv; ++e) drow[v_at + e] *= la0;
+      scaled_copy(kv, la0, drow + v_at, drow + v_at);
       // q, k: undo the rotation on the gradient, then the per-head norm. y is the token's
       // normalised q, k before RoPE, in the block's first row of scratch: one row, reused by the
       // block's tokens, stays in L1 where a row per token would be written out to memory.
