@@ -18,8 +18,12 @@
 // Helpers of such functions, inlined into them (a target helper that is not inlined costs a
 // call per vector).
 #define NANOGPT_ALWAYS_INLINE __attribute__((always_inline)) inline
-// A loop compiled for AVX-512, for AVX2 (Haswell) and portably, the best picked on first call:
-// for element-wise loops that must give the same bits on every clone (fixed summation order).
+// A loop compiled for AVX-512, for AVX2 (Haswell) and portably, the best picked on first call,
+// for element-wise loops with a fixed summation order. The clones give the same bits only where
+// the file is built with -ffp-contract=off (CMakeLists.txt: the element-wise kernels); elsewhere
+// (the softmax loops of attention and the fused loss, decoding, sampling) GCC fuses a·b + c in
+// the AVX2 and AVX-512 clones, which then differ from the baseline's in the last bits. Turning
+// that off there cost 6–15% of a training step (2026-11-28); explicit FMAs would keep both.
 #define NANOGPT_TARGET_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 // GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
 // -Wmaybe-uninitialized reports once they are inlined into target("avx512f") functions; files
