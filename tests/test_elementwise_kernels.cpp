@@ -124,7 +124,7 @@ TEST(Rotary, MatchesFormulaAndInverts) {
 // loops they are built from, inlined here, are this file's baseline x86-64 code (no FMA to
 // contract into). Equal bits show the clone in use evaluates each element as written: no fused
 // a·b + c, no reassociation, the right tails. With contraction allowed in the clones' files,
-// weighted_sum and rotate_heads differ here on any CPU with FMA.
+// both tests fail on a CPU with FMA (add_scaled and weighted_sum among them; checked 2026-11-28).
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
