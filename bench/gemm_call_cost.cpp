@@ -13,14 +13,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "kernels/gemm/kernel_rate.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/packed_b.hpp"
 #include "kernels/matmul.hpp"
-#include "runtime/aligned_memory.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -52,23 +51,6 @@ double seconds_per_call(const Fn& fn) {
   }
   std::sort(samples.begin(), samples.end());
   return samples[samples.size() / 2];
-}
-
-// GFLOP/s of one thread calling the micro-kernel on one L1-resident pair of panels.
-double kernel_gflops(const MicroKernel& k) {
-  const int64_t kc = 256;
-  AlignedVector<std::byte> a(static_cast<size_t>(k.mr * kc * k.packed_bytes)),
-      b(static_cast<size_t>(k.nr * kc * k.packed_bytes));
-  // Small finite values in whatever format: the bytes of 0.5f in fp32 are also two bf16 values.
-  for (size_t i = 0; i + 4 <= a.size(); i += 4) std::memcpy(&a[i], "\0\0\0?", 4);
-  for (size_t i = 0; i + 4 <= b.size(); i += 4) std::memcpy(&b[i], "\0\0\0?", 4);
-  AlignedVector<float> acc(static_cast<size_t>(k.mr * k.nr));
-  if (k.begin_task != nullptr) k.begin_task();
-  const double s = seconds_per_call([&] {
-    for (int r = 0; r < 64; ++r) k.fn(kc, a.data(), b.data(), acc.data(), k.nr, r > 0);
-  });
-  if (k.end_task != nullptr) k.end_task();
-  return 64.0 * 2.0 * static_cast<double>(k.mr * k.nr * kc) / s * 1e-9;
 }
 
 void print_line(const std::string& body, int threads) {
@@ -108,9 +90,14 @@ int main(int argc, char** argv) {
     const MicroKernel& kernel =
         precision == Precision::kBf16 ? active_bf16_microkernel() : active_microkernel();
     const char* dtype = precision == Precision::kBf16 ? "bf16" : "fp32";
-    const double peak = kernel_gflops(kernel);
+    // The median of 10 ms windows over min_seconds; the slowest and fastest show whether the host
+    // changed the kernel's rate meanwhile (kernels/gemm/kernel_rate.hpp).
+    const KernelRate rate = measure_kernel_rate(kernel, std::max(min_seconds, 0.05));
+    const double peak = rate.median_gflops;
     print_line(std::string("\"figure\":\"microkernel\",\"dtype\":\"") + dtype + "\",\"kernel\":\"" +
-                   kernel.isa + "\",\"gflops_per_thread\":" + std::to_string(peak),
+                   kernel.isa + "\",\"gflops_per_thread\":" + std::to_string(peak) +
+                   ",\"min_gflops\":" + std::to_string(rate.min_gflops) +
+                   ",\"max_gflops\":" + std::to_string(rate.max_gflops),
                1);
     std::vector<int> thread_counts = {1};
     if (max_threads > 1) thread_counts.push_back(max_threads);

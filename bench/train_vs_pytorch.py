@@ -25,7 +25,11 @@ earlier run (the JSON lines each benchmark printed) instead of running that side
 --rounds R runs the pair R times, ours then the peer each round, back to back: on a shared host
 whose speed moves by tens of percent within minutes, one pair's ratio is one sample. Each round's
 ratio (our best precision against the peer's best mode that round) and load are printed; the
-headline ratio is each side's best round, as bench/evals_vs_pytorch.py reports it.
+headline ratio is each side's best round, as bench/evals_vs_pytorch.py reports it. Each round
+also prints the rate the host gave our bf16 micro-kernel alone just before and after each side
+(`nanogpt bench kernel`; bench train's kernel_rate_before/after), and flags a round in which it
+moved by more than 1.5x: the AMX Xeon's matrix unit was seen to flip between ~1.9 and ~0.6
+TFLOP/s per thread within seconds, which no code change explains.
 
 The last line of output is one JSON object with everything above and the load averages: the
 machine may be shared, and a figure measured under load says so.
@@ -111,6 +115,25 @@ def run_pytorch(args, sets: list[str], window: int) -> list[dict]:
     return json_lines(run(cmd, args.threads, "pytorch_train_step.py") or "")
 
 
+def probe_kernel(args) -> float | None:
+    """Median GFLOP/s per thread the host gives our bf16 micro-kernel now (nanogpt bench kernel).
+
+    Taken before and after the peer's run, as bench train takes it around ours: on a host that
+    changes the matrix unit's rate by 3x within seconds, a round whose two sides ran in
+    different states compares the host, not the code."""
+    out = run([args.nanogpt, "bench", "kernel", "--seconds", "0.25"], 1, "nanogpt bench kernel")
+    lines = json_lines(out or "")
+    return lines[-1]["kernel_rate"]["median_gflops"] if lines else None
+
+
+def fmt_rates(rates: list[float]) -> str:
+    return "/".join(f"{g:.0f}" for g in rates) if rates else "-"
+
+
+def kernel_rates(r: dict) -> list[float]:
+    return [r[k]["median_gflops"] for k in ("kernel_rate_before", "kernel_rate_after") if k in r]
+
+
 def best_bf16_gemm(args, seq_len: int) -> tuple[float | None, str]:
     if args.best_bf16_gflops:
         return args.best_bf16_gflops, "given"
@@ -188,18 +211,24 @@ def main():
                 r = run_ours(args, sets, window, p.strip())
                 if r is not None:
                     ours_k.append(r)
+        torch_kernel = []
         if args.pytorch_json:
             torch_lines = read_json_file(args.pytorch_json)
         else:
+            torch_kernel.append(probe_kernel(args))
             torch_lines = run_pytorch(args, sets, window)
+            torch_kernel.append(probe_kernel(args))
         torch_k = [j for j in torch_lines if not j.get("summary") and "tokens_per_s" in j]
         ours += ours_k
         torch_modes += torch_k
         if ours_k and torch_k:
             o = max(r["tokens_per_s"] for r in ours_k)
             t = max(r["tokens_per_s"] for r in torch_k)
+            o_best = max(ours_k, key=lambda r: r["tokens_per_s"])
             rounds.append({"round": k + 1, "ours_tokens_per_s": o, "pytorch_tokens_per_s": t,
-                           "ratio": o / t, "load": [round_load, os.getloadavg()[0]]})
+                           "ratio": o / t, "load": [round_load, os.getloadavg()[0]],
+                           "ours_kernel_gflops": kernel_rates(o_best),
+                           "pytorch_kernel_gflops": [g for g in torch_kernel if g is not None]})
     # Each precision's and each mode's best round stand for it below.
     ours = [max((r for r in ours if r.get("precision") == p), key=lambda r: r["tokens_per_s"])
             for p in dict.fromkeys(r.get("precision") for r in ours)]
@@ -223,7 +252,14 @@ def main():
         for r in rounds:
             print(f"round {r['round']}: ours {r['ours_tokens_per_s']:.1f}, pytorch "
                   f"{r['pytorch_tokens_per_s']:.1f} tokens/s, ratio {r['ratio']:.2f}x "
-                  f"(load {r['load'][0]:.2f} -> {r['load'][1]:.2f})")
+                  f"(load {r['load'][0]:.2f} -> {r['load'][1]:.2f}; "
+                  f"kernel GFLOP/s per thread around ours {fmt_rates(r['ours_kernel_gflops'])}, "
+                  f"around pytorch's {fmt_rates(r['pytorch_kernel_gflops'])})")
+            every = r["ours_kernel_gflops"] + r["pytorch_kernel_gflops"]
+            if every and max(every) > 1.5 * min(every):
+                print(f"  round {r['round']}: the host changed the micro-kernel's rate "
+                      f"{min(every):.0f} -> {max(every):.0f} GFLOP/s during the round: its ratio "
+                      "compares host states as much as code")
         print("best round of each side:")
     print(f"{'':24} {'tokens/s':>10} {'step s':>8} {'TFLOP/s':>8} {'model TFLOP/s':>14}")
     for r in ours:

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm/microkernel.hpp"
 #include "model/gpt.hpp"
 #include "runtime/file_io.hpp"
 #include "support/fixtures.hpp"
@@ -72,6 +73,50 @@ TEST(BenchTrain, PrintsOneConsistentJsonLine) {
   EXPECT_FALSE(j["isa"].get<std::string>().empty());
   EXPECT_FALSE(j["cpu"].get<std::string>().empty());
   EXPECT_EQ(j["precision"], "fp32");
+  // The micro-kernel probed before and after the steps: the kernel the products ran on, its
+  // windows in order of rate.
+  for (const char* key : {"kernel_rate_before", "kernel_rate_after"}) {
+    ASSERT_TRUE(j.contains(key)) << key << " missing from " << r.out;
+    const auto& k = j[key];
+    EXPECT_EQ(k["isa"], j["isa"]) << key;
+    EXPECT_GE(k["windows"].get<int>(), 3) << key;
+    EXPECT_GT(k["min_gflops"].get<double>(), 0) << key;
+    EXPECT_LE(k["min_gflops"].get<double>(), k["median_gflops"].get<double>()) << key;
+    EXPECT_LE(k["median_gflops"].get<double>(), k["max_gflops"].get<double>()) << key;
+  }
+}
+
+TEST(BenchTrain, KernelProbeCanBeSkipped) {
+  auto r = run_nanogpt(kTiny + "--steps 1 --warmup 0 --kernel-probe 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j.contains("kernel_rate_before")) << r.out;
+  EXPECT_FALSE(j.contains("kernel_rate_after")) << r.out;
+}
+
+// `nanogpt bench kernel`: one JSON line naming the kernel each precision runs on.
+TEST(BenchKernel, PrintsTheRateOfTheKernelInUse) {
+  for (const char* precision : {"bf16", "fp32"}) {
+    auto r = run_nanogpt(std::string("bench kernel --seconds 0.05 --precision ") + precision);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["bench"], "kernel");
+    EXPECT_EQ(j["precision"], precision);
+    const auto& k = j["kernel_rate"];
+    EXPECT_EQ(k["isa"], std::string(precision) == "bf16" ? active_bf16_microkernel().isa
+                                                         : active_microkernel().isa);
+    EXPECT_GE(k["windows"].get<int>(), 3);
+    EXPECT_GT(k["min_gflops"].get<double>(), 0);
+    EXPECT_LE(k["min_gflops"].get<double>(), k["max_gflops"].get<double>());
+    EXPECT_FALSE(j["cpu"].get<std::string>().empty());
+  }
+  for (const char* args : {"bench kernel --seconds 0", "bench kernel --precision fp16"}) {
+    auto r = run_nanogpt(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+    EXPECT_FALSE(r.err.empty()) << args;
+  }
 }
 
 // The memory report: weights and gradients at 4 bytes per parameter, every part counted once
@@ -140,6 +185,8 @@ TEST(BenchTrain, BadFlagsGiveClearErrors) {
            {"--precision fp16", "precision"},
            {"--profile /no/such/dir/p.json", "/no/such/dir"},
            {"--bogus", "--bogus"},
+           {"--kernel-probe 0.005", "at least 0.01 seconds"},
+           {"--kernel-probe -1", "--kernel-probe"},
        }) {
     auto r = run_nanogpt(kTiny + c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;

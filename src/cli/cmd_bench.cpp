@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "data/bpe_tokenizer.hpp"
+#include "kernels/gemm/kernel_rate.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "model/gpt.hpp"
 #include "optim/gpt_optimizer.hpp"
@@ -137,6 +138,54 @@ double median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
+// The micro-kernel the given precision's products run on.
+const MicroKernel& step_microkernel(Precision precision) {
+  return precision == Precision::kBf16 ? active_bf16_microkernel() : active_microkernel();
+}
+
+nlohmann::ordered_json kernel_rate_json(const KernelRate& r) {
+  nlohmann::ordered_json j;
+  j["isa"] = r.isa;
+  j["windows"] = r.windows;
+  j["min_gflops"] = r.min_gflops;
+  j["median_gflops"] = r.median_gflops;
+  j["max_gflops"] = r.max_gflops;
+  return j;
+}
+
+void register_bench_kernel(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand(
+      "kernel",
+      "What the host gives the GEMM micro-kernel now: one thread on L1-resident panels, in "
+      "10 ms windows; prints one JSON line (GFLOP/s per thread: slowest, median, fastest window)");
+  struct Args {
+    double seconds = 0.5;
+    std::string precision = "bf16";
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--seconds", a->seconds, "How long to probe")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 60.0));
+  cmd->add_option("--precision", a->precision, "The products' precision: bf16 or fp32")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+  cmd->callback([a] {
+    const Precision precision = a->precision == "bf16" ? Precision::kBf16 : Precision::kFp32;
+    const double load_before = load_average();
+    const KernelRate r = measure_kernel_rate(step_microkernel(precision), a->seconds);
+    nlohmann::ordered_json j;
+    j["bench"] = "kernel";
+    j["precision"] = a->precision;
+    j["kernel_rate"] = kernel_rate_json(r);
+    j["cpu"] = cpu_info().model_name;
+    j["loadavg_before"] = load_before;
+    j["loadavg_after"] = load_average();
+    j["version"] = NANOGPT_VERSION;
+    j["revision"] = build_revision();
+    std::printf("%s\n", j.dump().c_str());
+  });
+}
+
 void register_bench_train(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "train",
@@ -147,6 +196,7 @@ void register_bench_train(CLI::App& bench) {
     std::vector<std::string> sets;
     int64_t steps = 10, warmup = 2, window = 0;
     std::string precision, profile;
+    double kernel_probe = 0.25;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--config", a->config, "Preset (speedrun, cpu) or a JSON configuration file")
@@ -167,7 +217,16 @@ void register_bench_train(CLI::App& bench) {
   cmd->add_option("--profile", a->profile,
                   "Profile the timed steps: write a Chrome trace to this file and print where "
                   "the time went to stderr");
+  cmd->add_option("--kernel-probe", a->kernel_probe,
+                  "Seconds to time the GEMM micro-kernel alone before and after the steps "
+                  "(kernel_rate_before/after: what the host gave it; 0: skip)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 60.0));
   cmd->callback([a] {
+    if (a->kernel_probe > 0 && a->kernel_probe < 0.01) {
+      throw InputError("--kernel-probe " + std::to_string(a->kernel_probe) +
+                       ": must be 0 (skip) or at least 0.01 seconds (one timing window)");
+    }
     Config c = load_config(a->config);
     for (const auto& s : a->sets) set_config_value(c, s);
     if (!a->precision.empty()) set_config_value(c, "precision=" + a->precision);
@@ -207,6 +266,10 @@ void register_bench_train(CLI::App& bench) {
     std::vector<double> times;
     double loss = 0;
     const double load_before = load_average();
+    const MicroKernel& kernel = step_microkernel(model.precision());
+    const bool probe = a->kernel_probe > 0 && comm.is_root();
+    const KernelRate rate_before =
+        probe ? measure_kernel_rate(kernel, a->kernel_probe) : KernelRate{};
     for (int64_t step = 0; step < total_steps; ++step) {
       random_batch(c, rng, inputs, targets);
       if (step == a->warmup) profile.start();
@@ -228,6 +291,8 @@ void register_bench_train(CLI::App& bench) {
     }
     const double load_after = load_average();
     profile.finish();
+    const KernelRate rate_after =
+        probe ? measure_kernel_rate(kernel, a->kernel_probe) : KernelRate{};
 
     const FlopCount flops = train_step_flops(c, window);
     const double med = median(times);
@@ -264,8 +329,13 @@ void register_bench_train(CLI::App& bench) {
       j["comm_bytes_per_rank_per_step"] = comm_total.bytes_sent / n;
     }
     // The GEMM micro-kernel the step's products run on.
-    j["isa"] = model.precision() == Precision::kBf16 ? active_bf16_microkernel().isa
-                                                     : active_microkernel().isa;
+    j["isa"] = kernel.isa;
+    if (probe) {
+      // The micro-kernel's own rate just before and after the timed steps: a step that ran
+      // while the host slowed the kernel down shows here, not as a change of ours.
+      j["kernel_rate_before"] = kernel_rate_json(rate_before);
+      j["kernel_rate_after"] = kernel_rate_json(rate_after);
+    }
     j["cpu"] = cpu_info().model_name;
     j["loadavg_before"] = load_before;
     j["loadavg_after"] = load_after;
@@ -284,6 +354,7 @@ void register_bench(CLI::App& app) {
   bench->require_subcommand(1);
   register_bench_encode(*bench);
   register_bench_train(*bench);
+  register_bench_kernel(*bench);
   register_bench_comm(*bench);
   register_bench_rollout(*bench);
 }
