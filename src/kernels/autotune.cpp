@@ -217,21 +217,33 @@ size_t AutotuneCache::tune_locked(const std::string& key, const std::vector<std:
   const bool print = mode_ == AutotuneMode::kPrint;
   const auto start = std::chrono::steady_clock::now();
   Entry entry;
+  // Rounds over all candidates, every other one in reverse order, each candidate keeping its
+  // fastest valid round: a host whose speed changes while the candidates are timed (the AMX
+  // Xeon's tile unit flips ~3x within seconds) then slows some round of every candidate, not all
+  // the rounds of the few timed while it was slow; reversing cancels a steady drift.
+  std::vector<double> fastest(names.size(), std::numeric_limits<double>::infinity());
+  for (int round = 0; round < kTuneRounds; ++round) {
+    for (size_t n = 0; n < names.size(); ++n) {
+      const size_t i = round % 2 == 0 ? n : names.size() - 1 - n;
+      const double t = time_candidate(i);
+      const bool valid = std::isfinite(t) && t >= 0;
+      if (print) {
+        report_locked(key + ": round " + std::to_string(round + 1) + "/" +
+                      std::to_string(kTuneRounds) + ", trial " + std::to_string(n + 1) + "/" +
+                      std::to_string(names.size()) + " '" + names[i] + "' " +
+                      (valid ? format_seconds(t) : "invalid time " + std::to_string(t)));
+      }
+      if (valid) fastest[i] = std::min(fastest[i], t);
+    }
+  }
   size_t best = default_index;
   double best_time = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < names.size(); ++i) {
-    const double t = time_candidate(i);
-    const bool valid = std::isfinite(t) && t >= 0;
-    if (print) {
-      report_locked(key + ": trial " + std::to_string(i + 1) + "/" + std::to_string(names.size()) +
-                    " '" + names[i] + "' " +
-                    (valid ? format_seconds(t) : "invalid time " + std::to_string(t)));
-    }
-    if (!valid) continue;
-    entry.times[names[i]] = t;
-    if (t < best_time) {
+    if (!std::isfinite(fastest[i])) continue;
+    entry.times[names[i]] = fastest[i];
+    if (fastest[i] < best_time) {
       best = i;
-      best_time = t;
+      best_time = fastest[i];
     }
   }
   entry.choice = names[best];
@@ -256,8 +268,8 @@ size_t AutotuneCache::tune_locked(const std::string& key, const std::vector<std:
             ? ", default '" + names[default_index] + "' failed"
             : ", default '" + names[default_index] + "' " + format_seconds(def->second);
     report_locked(key + ": chose '" + entry.choice + "' (" + format_seconds(best_time) + versus +
-                  ") after " + std::to_string(names.size()) + " trials in " +
-                  format_seconds(elapsed));
+                  ") after " + std::to_string(names.size()) + " candidates × " +
+                  std::to_string(kTuneRounds) + " rounds in " + format_seconds(elapsed));
     reported_[key] = entry.choice;
   }
   entries_[key] = std::move(entry);

@@ -28,12 +28,17 @@ struct TuneKey {
 // Returns the index of the candidate to use for `key`. Cached (in memory, then the cache file
 // for this CPU) choices are returned without timing if the cached name is still among
 // candidate_names; otherwise time_candidate(i) (seconds, lower is better) is called once per
-// candidate, the fastest is kept, remembered and saved. NANOGPT_AUTOTUNE=0: default_index, no
+// candidate in each of kTuneRounds rounds (every other round in reverse order), each
+// candidate's fastest valid round stands for it, and the fastest candidate is kept, remembered
+// and saved. NANOGPT_AUTOTUNE=0: default_index, no
 // timing, no file access. NANOGPT_AUTOTUNE=print: every trial (key, candidate, time) and the
 // choice (also "cached" hits) go to stderr.
 // Goes through AutotuneCache::current(), so the environment is read on the first call.
 size_t autotune(const TuneKey& key, const std::vector<std::string>& candidate_names,
                 size_t default_index, const std::function<double(size_t)>& time_candidate);
+
+// Rounds of timing per candidate, interleaved with the other candidates' (see autotune()).
+inline constexpr int kTuneRounds = 2;
 
 // One warm-up run, then the best of up to `reps` timed runs, in seconds: only as many as fit
 // kTuneBudgetSeconds (at least one), and a first run of kTuneLongRunSeconds or more is timed

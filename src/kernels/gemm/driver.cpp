@@ -394,10 +394,14 @@ GemmBlocking blocking_for(const MicroKernel& kernel, PackSources sources, Trans 
         std::copy(C + r * ldc, C + r * ldc + N, scratch.data() + r * N);
     }
     const GemmBlocking blocking = fitted(i);
-    return time_best_of([&] {
-      run_product(kernel, blocking, sources, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb,
-                  packed_b, beta, scratch.data(), N, nullptr);
-    });
+    // One timed run after the warm-up per round: autotune() takes the fastest of its
+    // kTuneRounds interleaved rounds, which spreads the samples over the host's changes.
+    return time_best_of(
+        [&] {
+          run_product(kernel, blocking, sources, trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb,
+                      packed_b, beta, scratch.data(), N, nullptr);
+        },
+        1);
   });
   return chosen < candidates.size() ? fitted(chosen) : fallback;
 }

@@ -71,7 +71,7 @@ MicroKernel bf16_choice(IsaLevel level, const std::vector<MicroKernel>& candidat
           gemm_run(k, blocking, PackSource::kF32ToBf16, Trans::kNo, Trans::kYes, key.M, key.N,
                    key.K, 1.0f, a.data(), key.K, b.data(), key.K, 0.0f, c.data(), key.N, nullptr);
         },
-        5);
+        3);
   });
   return candidates[chosen < candidates.size() ? chosen : 0];
 }
