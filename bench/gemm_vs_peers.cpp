@@ -54,6 +54,8 @@
 #include "config/config.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/gemm/kernel_rate.hpp"
+#include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm_bf16.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
@@ -726,6 +728,10 @@ int main(int argc, char** argv) {
     const int64_t T =
         o.seq_len > 0 ? o.seq_len : (name == "speedrun" ? 1024 : config.train_seq_len);
     const double load_before = nanogpt::load_average();
+    // What the host gave our bf16 micro-kernel alone before and after the preset's products
+    // (kernels/gemm/kernel_rate.hpp): the AMX Xeon's tile unit changes rate ~3x within seconds.
+    const nanogpt::KernelRate kernel_before =
+        nanogpt::measure_kernel_rate(nanogpt::active_bf16_microkernel(), 0.25);
     print_header(table, name, T, o);
     Aggregate fp32, bf16_best, bf16_plain;
     double best_ours16 = 0, best_any16 = 0, best_ours32 = 0;
@@ -744,7 +750,13 @@ int main(int argc, char** argv) {
           std::max({best_any16, r.ours16.gflops, r.dnnl_plain.gflops, r.dnnl_packed.gflops});
     }
     const double load_after = nanogpt::load_average();
-    std::fprintf(table, "%s summary (load %.2f -> %.2f):", name.c_str(), load_before, load_after);
+    const nanogpt::KernelRate kernel_after =
+        nanogpt::measure_kernel_rate(nanogpt::active_bf16_microkernel(), 0.25);
+    std::fprintf(table,
+                 "%s summary (load %.2f -> %.2f; our bf16 %s kernel alone %.0f -> %.0f GFLOP/s "
+                 "per thread):",
+                 name.c_str(), load_before, load_after, kernel_before.isa,
+                 kernel_before.median_gflops, kernel_after.median_gflops);
     if (o.fp32) {
       std::fprintf(table, " fp32 vs OpenBLAS geomean %.2fx, per-sequence time %.2fx;",
                    fp32.geomean(), fp32.weighted());
@@ -767,7 +779,9 @@ int main(int argc, char** argv) {
                                   {"nanogpt_isa", isa_cap},
                                   {"omp_wait_policy", wait_policy},
                                   {"loadavg_before", load_before},
-                                  {"loadavg_after", load_after}};
+                                  {"loadavg_after", load_after},
+                                  {"kernel_gflops_before", kernel_before.median_gflops},
+                                  {"kernel_gflops_after", kernel_after.median_gflops}};
       if (o.fp32) {
         j["geomean_ratio_fp32"] = fp32.geomean();
         j["per_sequence_ratio_fp32"] = fp32.weighted();
