@@ -328,6 +328,41 @@ TEST(Gemm, DeepKTakenInPassesMatchesTheReferenceAndOnePass) {
   }
 }
 
+// A B of 2 MiB packed, read whole by every row block's task (one column block), is packed one
+// panel at a time by the tasks together (run_product's b_one_at_a_time): the reference's
+// values, and the bits of the same product with two column blocks (B packed as sets).
+TEST(Gemm, LargeSharedBPackedPanelByPanelGivesTheBitsOfSets) {
+  ThreadPool two(2);
+  ThreadPool::Use use(two);
+  uint32_t seed = 4500;
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
+    const bool bf16 = source == PackSource::kF32ToBf16;
+    const int64_t N = 2 * kernel.nr;
+    const int64_t K = (int64_t{2} << 20) / (N * kernel.packed_bytes) + 3;
+    const int64_t M = 4 * kernel.mr + 1;
+    for (Trans t : {Trans::kNo, Trans::kYes}) {
+      const Problem p(t, t, M, N, K, 1.5f, 0.0f, seed++);
+      auto run = [&](int64_t nc) {
+        std::vector<float> c = p.start_c();
+        gemm_run(kernel, {kernel.mr, nc, 8192}, source, p.ta, p.tb, p.M, p.N, p.K, p.alpha,
+                 p.A.data(), p.lda, p.B.data(), p.ldb, p.beta, c.data(), p.ldc, nullptr);
+        return c;
+      };
+      const std::vector<float> shared = run(N), sets = run(kernel.nr);
+      std::vector<float> want = p.C0;
+      if (bf16) {
+        reference_gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(),
+                            p.ldb, p.beta, want.data(), p.ldc);
+      } else {
+        reference_gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                       p.beta, want.data(), p.ldc);
+      }
+      expect_close(p, shared, want, Bound{p, bf16}, describe(kernel, p, "B panel by panel"));
+      EXPECT_TRUE(same_bits(shared, sets)) << describe(kernel, p, "panel by panel vs sets");
+    }
+  }
+}
+
 // A kernel that reads a bf16, k-contiguous A in place (MicroKernel::fn_a_rows: AMX) gives the
 // bits of the same product packing A from fp32 rounded to bf16, within the reference's bound:
 // several K blocks, deep K in passes, padded lda, a partial last panel (packed) after full ones

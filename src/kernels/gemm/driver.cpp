@@ -77,6 +77,9 @@ void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end, int6
   }
 }
 
+// A superblock of packed B above this size is packed one panel at a time (run_product).
+constexpr int64_t kSharedBPanelsBytes = int64_t{1} << 20;
+
 // How the autotuner's keys name an operand's storage.
 const char* source_name(PackSource s) {
   return s == PackSource::kF32 ? "f32" : s == PackSource::kBf16 ? "bf16" : "f32>bf16";
@@ -238,6 +241,14 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                                               (trans_b == Trans::kNo ? s0 : s0 * ldb) * b_bytes,
                                           ldb, flip(trans_b), b_bytes, q0);
       const int64_t n_blocks = ceil_div(s_cols, blk.nc);
+      // B's panels are claimed as a set (ensure_packed), unless every task reads all of them
+      // (one column block) and they are too large to stay in one core's L2 anyway (a weight's
+      // gradient over 8192 tokens: 4 MiB): then the row blocks' tasks pack them together, one
+      // at a time, instead of one task packing them all while the others wait. With several
+      // column blocks the threads already pack B apart, and a set packs its source's rows
+      // several panels wide, which one at a time would not.
+      const bool b_one_at_a_time = m_blocks > 1 && n_blocks == 1 &&
+                                   round_up(s_cols, nr) * q_len * bytes > kSharedBPanelsBytes;
       // Tasks are numbered down the columns of blocks: the pool's threads start on contiguous
       // shares of them, so each packs B panels of its own, and the row blocks' A panels,
       // needed by all at once, are shared out panel by panel (ensure_packed).
@@ -259,8 +270,8 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                                           });
                       });
         if (b_flags != nullptr) {
-          ensure_packed(b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed,
-                        /*one_at_a_time=*/false, [&](const int64_t* p, size_t n) {
+          ensure_packed(b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, b_one_at_a_time,
+                        [&](const int64_t* p, size_t n) {
                           pack::pack_panels(
                               pack_b, b_pass, ldb, flip(trans_b), b_bytes,
                               std::span<const int64_t>(p, n), nr, N - s0, q_valid, q_len,
