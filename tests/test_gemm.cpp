@@ -126,22 +126,31 @@ std::string describe(const MicroKernel& k, const Problem& p, const char* what) {
          " alpha=" + std::to_string(p.alpha) + " beta=" + std::to_string(p.beta);
 }
 
+// The reference's C for p: with bf16 products, on the operands rounded to bf16.
+std::vector<float> reference_c(const Problem& p, bool bf16) {
+  std::vector<float> want = p.C0;
+  if (bf16) {
+    reference_gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
+                        p.beta, want.data(), p.ldc);
+  } else {
+    reference_gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta,
+                   want.data(), p.ldc);
+  }
+  return want;
+}
+
 void check_fp32(const MicroKernel& kernel, const Problem& p) {
-  std::vector<float> got = p.start_c(), want = p.C0;
+  std::vector<float> got = p.start_c();
   gemm_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
             p.beta, got.data(), p.ldc);
-  reference_gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.beta,
-                 want.data(), p.ldc);
-  expect_close(p, got, want, Bound{p, false}, describe(kernel, p, "fp32"));
+  expect_close(p, got, reference_c(p, false), Bound{p, false}, describe(kernel, p, "fp32"));
 }
 
 void check_bf16(const MicroKernel& kernel, const Problem& p) {
-  std::vector<float> got = p.start_c(), want = p.C0;
+  std::vector<float> got = p.start_c();
   gemm_bf16_with(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
                  p.beta, got.data(), p.ldc);
-  reference_gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
-                      p.beta, want.data(), p.ldc);
-  expect_close(p, got, want, Bound{p, true}, describe(kernel, p, "bf16"));
+  expect_close(p, got, reference_c(p, true), Bound{p, true}, describe(kernel, p, "bf16"));
   // The same operands stored as bf16 are what packing from fp32 rounds to: identical bits.
   std::vector<bf16> a16(p.A.size()), b16(p.B.size());
   std::transform(p.A.begin(), p.A.end(), a16.begin(), [](float x) { return to_bf16(x); });
@@ -308,14 +317,7 @@ TEST(Gemm, DeepKTakenInPassesMatchesTheReferenceAndOnePass) {
         return c;
       };
       const std::vector<float> passes = run(2 * kernel.nr), one_pass = run(kernel.nr);
-      std::vector<float> want = p.C0;
-      if (bf16) {
-        reference_gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(),
-                            p.ldb, p.beta, want.data(), p.ldc);
-      } else {
-        reference_gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
-                       p.beta, want.data(), p.ldc);
-      }
+      const std::vector<float> want = reference_c(p, bf16);
       expect_close(p, passes, want, Bound{p, bf16}, describe(kernel, p, "deep K in passes"));
       EXPECT_TRUE(same_bits(passes, one_pass)) << describe(kernel, p, "passes vs one pass");
       PackedB packed;
@@ -349,14 +351,7 @@ TEST(Gemm, LargeSharedBPackedPanelByPanelGivesTheBitsOfSets) {
         return c;
       };
       const std::vector<float> shared = run(N), sets = run(kernel.nr);
-      std::vector<float> want = p.C0;
-      if (bf16) {
-        reference_gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(),
-                            p.ldb, p.beta, want.data(), p.ldc);
-      } else {
-        reference_gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
-                       p.beta, want.data(), p.ldc);
-      }
+      const std::vector<float> want = reference_c(p, bf16);
       expect_close(p, shared, want, Bound{p, bf16}, describe(kernel, p, "B panel by panel"));
       EXPECT_TRUE(same_bits(shared, sets)) << describe(kernel, p, "panel by panel vs sets");
     }
