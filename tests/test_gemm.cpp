@@ -681,6 +681,89 @@ TEST(Gemm, FusedEpilogueOnEveryKernel) {
   }
 }
 
+// c_bf16_only: the bf16 copy alone, C null and never followed, is bit for bit the copy written
+// beside C, with the relu² gradient epilogue (as the MLP's backward uses it) and without; on a
+// small shape, and on one whose C (8 MiB) takes the driver's non-temporal path where the kernel
+// has one. Columns of the copy past N stay untouched.
+void check_bf16_only(const MicroKernel& kernel, bool bf16_gemm, Trans ta, Trans tb, int64_t M,
+                     int64_t N, int64_t K, uint32_t seed) {
+  const Problem p(ta, tb, M, N, K, 0.75f, 0.0f, seed);
+  std::mt19937 rng(seed + 3000);
+  const std::vector<float> h = random_matrix(static_cast<size_t>(M * N), rng);  // both signs
+  const int64_t ld_copy = N + 3;
+  const std::string what = std::string(kernel.isa) + (bf16_gemm ? " bf16 " : " fp32 ") +
+                           trans_name(ta) + trans_name(tb) + " " + std::to_string(M) + "x" +
+                           std::to_string(N) + "x" + std::to_string(K);
+  for (bool relu_grad : {false, true}) {
+    std::vector<bf16> want(static_cast<size_t>(M * ld_copy), bf16{0x1234}), got = want;
+    GemmEpilogue beside, alone;
+    for (GemmEpilogue* ep : {&beside, &alone}) {
+      ep->relu_squared_output = relu_grad ? h.data() : nullptr;
+      ep->ld_relu_squared_output = N;
+      ep->ld_c_bf16 = ld_copy;
+    }
+    beside.c_bf16 = want.data();
+    alone.c_bf16 = got.data();
+    alone.c_bf16_only = true;
+    std::vector<float> c = p.C0;
+    run_with(kernel, bf16_gemm, p, c, &beside);
+    // ldc N (no C to stride): a multiple of 16 on the large shape, as the streamed path wants.
+    if (bf16_gemm) {
+      gemm_bf16_with(kernel, ta, tb, M, N, K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, 0.0f,
+                     nullptr, N, &alone);
+    } else {
+      gemm_with(kernel, ta, tb, M, N, K, p.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, 0.0f,
+                nullptr, N, &alone);
+    }
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(bf16)), 0)
+        << what << (relu_grad ? " relu² gradient" : "");
+    // Nonzero values written (the relu² gradient zeroes about half: H has both signs).
+    const auto written = std::count_if(want.begin(), want.end(), [](bf16 v) {
+      return (v.bits & 0x7FFF) != 0 && v.bits != 0x1234;
+    });
+    EXPECT_GT(written, M * N / 3) << what << ": the copy should hold the product's values";
+  }
+}
+
+TEST(Gemm, Bf16CopyAloneOnEveryKernel) {
+  uint32_t seed = 311;
+  for (Trans ta : {Trans::kNo, Trans::kYes}) {
+    for (Trans tb : {Trans::kNo, Trans::kYes}) {
+      for (const MicroKernel& k : available_microkernels())
+        check_bf16_only(k, false, ta, tb, 45, 77, 70, seed++);
+      for (const MicroKernel& k : bf16_microkernels_under_test())
+        check_bf16_only(k, true, ta, tb, 45, 77, 70, seed++);
+    }
+  }
+  // C of 512 × 4096 floats is the driver's 8 MiB line for storing C non-temporally.
+  for (const MicroKernel& k : available_microkernels())
+    if (k.stream != nullptr) check_bf16_only(k, false, Trans::kNo, Trans::kNo, 512, 4096, 32, 7);
+  for (const MicroKernel& k : bf16_microkernels_under_test())
+    if (k.stream != nullptr) check_bf16_only(k, true, Trans::kNo, Trans::kNo, 512, 4096, 64, 8);
+}
+
+TEST(Gemm, Bf16CopyAloneRefusesACOrABeta) {
+  const Problem p(Trans::kNo, Trans::kNo, 8, 8, 8, 1.0f, 0.0f, 5);
+  std::vector<bf16> copy(64);
+  std::vector<float> c = p.C0;
+  GemmEpilogue ep;
+  ep.c_bf16 = copy.data();
+  ep.ld_c_bf16 = 8;
+  ep.c_bf16_only = true;
+  // A C given: the caller expects it written.
+  EXPECT_THROW(gemm_bf16(Trans::kNo, Trans::kNo, 8, 8, 8, 1.0f, p.A.data(), p.lda, p.B.data(),
+                         p.ldb, 0.0f, c.data(), p.ldc, &ep),
+               std::invalid_argument);
+  // beta would read C, which is not there.
+  EXPECT_THROW(gemm_bf16(Trans::kNo, Trans::kNo, 8, 8, 8, 1.0f, p.A.data(), p.lda, p.B.data(),
+                         p.ldb, 0.5f, nullptr, p.ldc, &ep),
+               std::invalid_argument);
+  ep.c_bf16 = nullptr;  // nowhere to write at all
+  EXPECT_THROW(gemm(Trans::kNo, Trans::kNo, 8, 8, 8, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb,
+                    0.0f, nullptr, p.ldc, &ep),
+               std::invalid_argument);
+}
+
 // The addend: C = alpha·op(A)·op(B) + beta·C + s·D is the plain product's C with s·D added in
 // one fused multiply-add, bit for bit; elements outside M×N stay untouched.
 void check_addend(const MicroKernel& kernel, bool bf16_gemm, Trans ta, Trans tb, uint32_t seed) {

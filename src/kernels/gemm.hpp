@@ -40,6 +40,10 @@ struct GemmEpilogue {
   // c_bf16[i·ld + j] = bf16(C[i,j]): the cast for a consumer that reads bf16.
   bf16* c_bf16 = nullptr;
   int64_t ld_c_bf16 = 0;
+  // The finished values go to c_bf16 alone: C is null and never written, and beta must be 0.
+  // For a result that only bf16 products read (they would round it as they pack it): half the
+  // bytes written, and its readers read half, with the same bits.
+  bool c_bf16_only = false;
 };
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

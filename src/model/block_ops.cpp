@@ -93,6 +93,46 @@ void linear_backward_input(Precision precision, const char* name, int64_t T, int
 }
 
 template <class Real>
+void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
+                           int64_t n_out, const Real* dy, const Real* W, ProductRows<Real> dx,
+                           const ReluSquaredEpilogue<Real>& epilogue) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (dx.rounded != nullptr) {
+      model_gemm(precision, name, Trans::kNo, Trans::kNo, T, n_in, n_out, 1.0f, dy, n_out, W, n_in,
+                 dx.rounded, n_in, epilogue);
+      return;
+    }
+  }
+  linear_backward_input(precision, name, T, n_in, n_out, dy, W, dx.values, epilogue);
+}
+
+template <class Real>
+void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
+                            int64_t n_out, ProductRows<Real> dy, const Real* x, Real* dW) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (dy.rounded != nullptr) {
+      model_gemm(precision, name, Trans::kYes, Trans::kNo, n_out, n_in, T, 1.0f, dy.rounded, n_out,
+                 x, n_in, 1.0f, dW, n_in);
+      return;
+    }
+  }
+  linear_backward_weight(precision, name, T, n_in, n_out, dy.values, x, dW);
+}
+
+template <class Real>
+void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
+                           int64_t n_out, ProductRows<Real> dy, const Real* W, Real* dx) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (dy.rounded != nullptr) {
+      model_gemm(precision, name, Trans::kNo, Trans::kNo, T, n_in, n_out, 1.0f, dy.rounded, n_out,
+                 W, n_in, 0.0f, dx, n_in);
+      return;
+    }
+  }
+  linear_backward_input(precision, name, T, n_in, n_out, dy.values, W, dx);
+}
+
+template <class Real>
 void embed_norm_forward(int64_t T, int64_t d, const int32_t* tokens, const Real* embed, Real* x0,
                         Real* rstd0) {
   for_row_blocks("embed.norm", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
@@ -268,6 +308,13 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s
   template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
                                             const Real*, const Real*, Real*,                       \
                                             const ReluSquaredEpilogue<Real>&);                     \
+  template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
+                                            const Real*, const Real*, ProductRows<Real>,           \
+                                            const ReluSquaredEpilogue<Real>&);                     \
+  template void linear_backward_weight<Real>(Precision, const char*, int64_t, int64_t, int64_t,    \
+                                             ProductRows<Real>, const Real*, Real*);               \
+  template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
+                                            ProductRows<Real>, const Real*, Real*);                \
   template void embed_norm_forward<Real>(int64_t, int64_t, const int32_t*, const Real*, Real*,     \
                                          Real*);                                                   \
   template void embed_norm_backward<Real>(int64_t, int64_t, const int32_t*, const Real*,           \

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 
+#include "kernels/bf16.hpp"
 #include "kernels/rotary.hpp"
 #include "model/model_kernels.hpp"
 #include "model/qkv_shape.hpp"
@@ -35,6 +36,29 @@ template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, const Real* dy, const Real* W, Real* dx,
                            const ReluSquaredEpilogue<Real>& epilogue = {});
+
+// A [T, n] gradient that only products read. With bf16 products on float (they round their
+// operands to bf16 as they pack them) it is stored already rounded, in `rounded`: half the bytes
+// written and read, and the same bits. Otherwise, and always for double, in `values`. Exactly
+// one of the two is set.
+template <class Real>
+struct ProductRows {
+  Real* values = nullptr;
+  bf16* rounded = nullptr;
+};
+
+// dx = dy·W with the epilogue, into dx as it is stored.
+template <class Real>
+void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
+                           int64_t n_out, const Real* dy, const Real* W, ProductRows<Real> dx,
+                           const ReluSquaredEpilogue<Real>& epilogue);
+// dW += dyᵀ·x and dx = dy·W, from dy as it is stored.
+template <class Real>
+void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
+                            int64_t n_out, ProductRows<Real> dy, const Real* x, Real* dW);
+template <class Real>
+void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
+                           int64_t n_out, ProductRows<Real> dy, const Real* W, Real* dx);
 
 // --- Norms and the residual stream ([T, d] rows). ---------------------------------------------
 

@@ -29,7 +29,8 @@ std::string value_embed_name(int k) {
 // do not zero-fill megabytes per call. Token, position and routing arrays are sized exactly.
 template <class V>
 void resize(V& v, int64_t n) {
-  if constexpr (std::is_floating_point_v<typename V::value_type>) {
+  using T = typename V::value_type;
+  if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, bf16>) {
     if (v.size() >= static_cast<size_t>(n)) return;
   }
   v.resize(static_cast<size_t>(n));
@@ -258,7 +259,11 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len, bool cached) {
   resize(dx_, T * d);
   resize(dx0_, T * d);
   resize(dtmp_, T * (s.Hq + s.Hkv) * s.D);
-  resize(dh_, T * 4 * d);
+  if (hidden_gradient_rounded()) {
+    resize(dh_rounded_, T * 4 * d);
+  } else {
+    resize(dh_, T * 4 * d);
+  }
   resize(dqkv_, T * s.row());
   resize(dattn_, T * HD);
   resize(dnorm_, T * d);
@@ -296,7 +301,23 @@ size_t GptT<Real>::activation_bytes() const {
     total += bytes_of(*v);
   }
   for (const AlignedVector<Real>& v : dskip_) total += bytes_of(v);
-  return total;
+  return total + bytes_of(dh_rounded_);
+}
+
+template <class Real>
+bool GptT<Real>::hidden_gradient_rounded() const {
+  return std::is_same_v<Real, float> && precision_ == Precision::kBf16;
+}
+
+template <class Real>
+ProductRows<Real> GptT<Real>::hidden_gradient() {
+  ProductRows<Real> dh;
+  if (hidden_gradient_rounded()) {
+    dh.rounded = dh_rounded_.data();
+  } else {
+    dh.values = dh_.data();
+  }
+  return dh;
 }
 
 template <class Real>
@@ -671,8 +692,9 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     if (config_.unet_skips && i < n)
       add_rows("skip.bwd", T, d, dskip_[static_cast<size_t>(i)].data(), dx);
 
-    // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ. dh_ is the gradient of c_fc's
-    // output: that of h times relu²'s derivative (from h), in the product's epilogue.
+    // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ. dh is the gradient of c_fc's
+    // output: that of h times relu²'s derivative (from h), in the product's epilogue; only
+    // c_fc's products read it, so with bf16 products it is stored rounded (hidden_gradient).
     if (config_.is_moe_layer(i)) {
       // The same per expert on its rows (dhe_), then back through the gates and the router.
       const int64_t E = config_.num_experts, hidden = config_.moe_hidden();
@@ -703,12 +725,11 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       ReluSquaredEpilogue<Real> relu2_grad;
       relu2_grad.relu_squared_output = A.h.data();
       relu2_grad.ld = 4 * d;
-      linear_backward_input(precision_, "mlp.c_proj.dX.relu2_bwd", T, 4 * d, d, dx, w.mlp_proj,
-                            dh_.data(), relu2_grad);
-      linear_backward_weight(precision_, "mlp.c_fc.dW", T, d, 4 * d, dh_.data(), A.norm2.data(),
-                             g.c_fc);
-      linear_backward_input(precision_, "mlp.c_fc.dX", T, d, 4 * d, dh_.data(), w.c_fc,
-                            dnorm_.data());
+      const ProductRows<Real> dh = hidden_gradient();
+      linear_backward_input(precision_, "mlp.c_proj.dX.relu2_bwd", T, 4 * d, d, dx, w.mlp_proj, dh,
+                            relu2_grad);
+      linear_backward_weight(precision_, "mlp.c_fc.dW", T, d, 4 * d, dh, A.norm2.data(), g.c_fc);
+      linear_backward_input(precision_, "mlp.c_fc.dX", T, d, 4 * d, dh, w.c_fc, dnorm_.data());
     }
     rmsnorm_rows_backward("norm2.bwd", T, d, A.norm2.data(), A.rstd2.data(), dnorm_.data(), dx,
                           true);

@@ -271,8 +271,13 @@ class GptT {
   AlignedVector<Real> final_norm_, rstd_final_;
   // Backward scratch.
   AlignedVector<Real> dx_, dx0_, dtmp_, dh_, dqkv_, dattn_, dnorm_;
+  // The gradient of c_fc's output, read only by c_fc's two products: with bf16 products on
+  // float, stored rounded here instead of in dh_ (hidden_gradient()).
+  AlignedVector<bf16> dh_rounded_;
   AlignedVector<Real> dye_, dhe_, dxe_, dgates_, dlogits_;  // MoE blocks'
   std::vector<AlignedVector<Real>> dskip_;
+  bool hidden_gradient_rounded() const;
+  ProductRows<Real> hidden_gradient();
   // Held by pointer so the model stays movable (a Workspace is not).
   std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>("model");
 };

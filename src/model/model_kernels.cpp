@@ -1,6 +1,9 @@
 // float: the model's calls forwarded to the fast kernels.
 #include "model/model_kernels.hpp"
 
+#include <stdexcept>
+#include <string>
+
 #include "kernels/attention.hpp"
 #include "kernels/fused_linear_cross_entropy.hpp"
 #include "kernels/grouped_gemm.hpp"
@@ -79,6 +82,46 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
   } else {
     gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &ep);
   }
+}
+
+namespace {
+
+void require_bf16_products(Precision precision, const char* name) {
+  if (precision != Precision::kBf16) {
+    throw std::invalid_argument(std::string("model_gemm: ") + name +
+                                " has a bf16 operand or result, which only bf16 products "
+                                "(precision bf16) read or write");
+  }
+}
+
+}  // namespace
+
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const bf16* A, int64_t lda, const float* B, int64_t ldb,
+                float beta, float* C, int64_t ldc) {
+  require_bf16_products(precision, name);
+  const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
+  ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
+                     2.0 * m * k + 4.0 * (k * n + (beta == 0.0f ? 1.0 : 2.0) * m * n));
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                bf16* C_bf16, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue) {
+  require_bf16_products(precision, name);
+  const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
+  const double extra = epilogue.relu_squared_output != nullptr ? 4.0 : 0.0;
+  ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
+                     4.0 * (m * k + k * n) + (2.0 + extra) * m * n);
+  GemmEpilogue ep;
+  ep.relu_squared = epilogue.relu_squared;
+  ep.relu_squared_output = epilogue.relu_squared_output;
+  ep.ld_relu_squared_output = epilogue.ld;
+  ep.c_bf16 = C_bf16;
+  ep.ld_c_bf16 = ldc;
+  ep.c_bf16_only = true;
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, nullptr, ldc, &ep);
 }
 
 void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, float beta,

@@ -68,6 +68,17 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
                 int64_t K, double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
                 double beta, double* C, int64_t ldc, const ReluSquaredEpilogue<double>& epilogue);
 
+// With bf16 products (precision must be kBf16): A given already rounded to bf16, the bits of
+// the same product on the fp32 A it was rounded from.
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const bf16* A, int64_t lda, const float* B, int64_t ldb,
+                float beta, float* C, int64_t ldc);
+// The same finished product (alpha·op(A)·op(B), then the epilogue) stored only rounded to bf16,
+// C_bf16 (GemmEpilogue::c_bf16_only): for a result that bf16 products alone read.
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                bf16* C_bf16, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue);
+
 // C = A·op(B) + beta·C with op(B) packed once (model/packed_weights.hpp): M rows of A
 // (lda = B.K), C's ldc = B.N; the bits of model_gemm on the unpacked B.
 void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, float beta,

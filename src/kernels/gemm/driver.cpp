@@ -105,6 +105,19 @@ void check_dimensions(int64_t M, int64_t N, int64_t K) {
   }
 }
 
+// An epilogue that keeps only the bf16 copy (GemmEpilogue::c_bf16_only) has nothing to scale
+// and no C to write: say so rather than read or write through a null C.
+void check_epilogue(float beta, const float* C, const GemmEpilogue* epilogue) {
+  if (epilogue == nullptr || !epilogue->c_bf16_only) return;
+  if (epilogue->c_bf16 == nullptr || C != nullptr || beta != 0.0f) {
+    throw std::invalid_argument(
+        "gemm: an epilogue with c_bf16_only writes c_bf16 alone: give it c_bf16, a null C and "
+        "beta = 0 (got c_bf16 " +
+        std::string(epilogue->c_bf16 == nullptr ? "null" : "set") + ", C " +
+        (C == nullptr ? "null" : "set") + ", beta " + std::to_string(beta) + ")");
+  }
+}
+
 void check_packed_b(const MicroKernel& kernel, const PackedB& b) {
   if (b.kernel == nullptr || b.kernel->fn != kernel.fn || b.kernel->mr != kernel.mr ||
       b.kernel->nr != kernel.nr) {
@@ -121,6 +134,7 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                  const void* A, int64_t lda, const void* B, int64_t ldb, const PackedB* packed_b,
                  float beta, float* C, int64_t ldc, const GemmEpilogue* epilogue) {
   check_dimensions(M, N, K);
+  check_epilogue(beta, C, epilogue);
   // Empty products as BLAS defines them: no C at all, or C = beta·C with nothing to add.
   if (M == 0 || N == 0 || (K == 0 && beta == 1.0f && epilogue == nullptr)) return;
   const PanelPackFn pack_a = kernel.pack_a[static_cast<int>(sources.a)];
@@ -327,7 +341,7 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                            : one_block ? acc_memory + ((to_c ? calls : calls++) & 1) * tile_stride
                                        : acc_memory + (ip - i0) * blk.nc + (jp - j0);
               const int64_t ld_acc = in_passes ? ld_pass_acc : one_block ? nr : blk.nc;
-              float* c = C + ip * ldc + s0 + jp;
+              float* c = C != nullptr ? C + ip * ldc + s0 + jp : nullptr;
               if (to_c) {
                 kernel.fn_to_c(kc, a, a_rows_here ? lda * a_bytes : 0, b, acc, ld_acc, !first, c,
                                ldc);

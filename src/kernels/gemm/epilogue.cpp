@@ -13,41 +13,59 @@ namespace nanogpt {
 
 namespace {
 
+// One row of a finished tile, in place in o: alpha·acc (+ beta·o), then the epilogue.
+__attribute__((always_inline)) inline void finish_row(const float* a, int64_t cols, float alpha,
+                                                      float beta, float* o, const GemmEpilogue* ep,
+                                                      int64_t row, int64_t col) {
+  if (beta == 0.0f) {
+    for (int64_t j = 0; j < cols; ++j) o[j] = alpha * a[j];
+  } else {
+    for (int64_t j = 0; j < cols; ++j) o[j] = alpha * a[j] + beta * o[j];
+  }
+  if (ep == nullptr) return;
+  if (ep->addend != nullptr) {
+    const float* d = ep->addend + row * ep->ld_addend + col;
+    for (int64_t j = 0; j < cols; ++j) o[j] = std::fma(ep->addend_scale, d[j], o[j]);
+  }
+  if (ep->relu_squared_output != nullptr) {
+    const float* h = ep->relu_squared_output + row * ep->ld_relu_squared_output + col;
+    for (int64_t j = 0; j < cols; ++j) {
+      o[j] = h[j] > 0.0f ? (2.0f * std::sqrt(h[j])) * o[j] : 0.0f;
+    }
+  }
+  if (ep->relu_squared) {
+    for (int64_t j = 0; j < cols; ++j) {
+      const float v = std::max(o[j], 0.0f);
+      o[j] = v * v;
+    }
+  }
+  if (ep->c_bf16 != nullptr) {
+    bf16* cb = ep->c_bf16 + row * ep->ld_c_bf16 + col;
+    for (int64_t j = 0; j < cols; ++j) cb[j] = to_bf16(o[j]);
+  }
+}
+
 template <int kDummy>
 __attribute__((always_inline)) inline void finish_portable(const float* acc, int64_t ld_acc,
                                                            int64_t rows, int64_t cols, float alpha,
                                                            float beta, float* c, int64_t ldc,
                                                            const GemmEpilogue* ep, int64_t row,
                                                            int64_t col) {
+  if (ep != nullptr && ep->c_bf16_only) {
+    // No C: each row is finished in a few columns at a time here, on its way to c_bf16 (beta
+    // is 0, so nothing is read from C either).
+    constexpr int64_t kChunk = 64;
+    float o[kChunk];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j0 = 0; j0 < cols; j0 += kChunk) {
+        finish_row(acc + r * ld_acc + j0, std::min(kChunk, cols - j0), alpha, 0.0f, o, ep, row + r,
+                   col + j0);
+      }
+    }
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
-    const float* a = acc + r * ld_acc;
-    float* o = c + r * ldc;
-    if (beta == 0.0f) {
-      for (int64_t j = 0; j < cols; ++j) o[j] = alpha * a[j];
-    } else {
-      for (int64_t j = 0; j < cols; ++j) o[j] = alpha * a[j] + beta * o[j];
-    }
-    if (ep == nullptr) continue;
-    if (ep->addend != nullptr) {
-      const float* d = ep->addend + (row + r) * ep->ld_addend + col;
-      for (int64_t j = 0; j < cols; ++j) o[j] = std::fma(ep->addend_scale, d[j], o[j]);
-    }
-    if (ep->relu_squared_output != nullptr) {
-      const float* h = ep->relu_squared_output + (row + r) * ep->ld_relu_squared_output + col;
-      for (int64_t j = 0; j < cols; ++j) {
-        o[j] = h[j] > 0.0f ? (2.0f * std::sqrt(h[j])) * o[j] : 0.0f;
-      }
-    }
-    if (ep->relu_squared) {
-      for (int64_t j = 0; j < cols; ++j) {
-        const float v = std::max(o[j], 0.0f);
-        o[j] = v * v;
-      }
-    }
-    if (ep->c_bf16 != nullptr) {
-      bf16* cb = ep->c_bf16 + (row + r) * ep->ld_c_bf16 + col;
-      for (int64_t j = 0; j < cols; ++j) cb[j] = to_bf16(o[j]);
-    }
+    finish_row(acc + r * ld_acc, cols, alpha, beta, c + r * ldc, ep, row + r, col);
   }
 }
 
@@ -80,9 +98,10 @@ NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE void finish_avx512(
   const float* rh_base = ep != nullptr ? ep->relu_squared_output : nullptr;
   const bool relu_squared = ep != nullptr && ep->relu_squared;
   bf16* cb_base = ep != nullptr ? ep->c_bf16 : nullptr;
+  const bool store_c = ep == nullptr || !ep->c_bf16_only;  // else C is null and beta 0
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = acc + r * ld_acc;
-    float* o = c + r * ldc;
+    float* o = store_c ? c + r * ldc : nullptr;
     const float* add = add_base != nullptr ? add_base + (row + r) * ep->ld_addend + col : nullptr;
     const float* rh =
         rh_base != nullptr ? rh_base + (row + r) * ep->ld_relu_squared_output + col : nullptr;
@@ -110,10 +129,12 @@ NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE void finish_avx512(
         const __m512 p = _mm512_max_ps(zero, v);  // NaN stays NaN, as std::max(NaN, 0)
         v = _mm512_mul_ps(p, p);
       }
-      if (kStream && m == 0xFFFF) {
-        _mm512_stream_ps(o + j, v);
-      } else {
-        _mm512_mask_storeu_ps(o + j, m, v);
+      if (store_c) {
+        if (kStream && m == 0xFFFF) {
+          _mm512_stream_ps(o + j, v);
+        } else {
+          _mm512_mask_storeu_ps(o + j, m, v);
+        }
       }
       if (cb != nullptr) {
         const __m512i h = _mm512_srli_epi32(bf16_round_hi(_mm512_castps_si512(v)), 16);

@@ -57,6 +57,11 @@ struct TileTask {
 
 void run_grouped(const MicroKernel& kernel, PackSource source, std::vector<Group>& groups,
                  float alpha, float beta, const GemmEpilogue* epilogue) {
+  if (epilogue != nullptr && epilogue->c_bf16_only) {
+    throw std::invalid_argument(
+        "grouped_gemm: an epilogue with c_bf16_only is not supported by the grouped products "
+        "(their C is always written); unset it");
+  }
   if (source != PackSource::kF32 && source != PackSource::kF32ToBf16) {
     throw std::invalid_argument("grouped GEMM: operands are fp32 (PackSource kF32 or kF32ToBf16)");
   }
