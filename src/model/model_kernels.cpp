@@ -34,6 +34,15 @@ AttentionParams attention_params(const AttentionArgs<float>& a) {
   return p;
 }
 
+// The model's relu² epilogue as the GEMM's.
+GemmEpilogue gemm_epilogue(const ReluSquaredEpilogue<float>& e) {
+  GemmEpilogue ep;
+  ep.relu_squared = e.relu_squared;
+  ep.relu_squared_output = e.relu_squared_output;
+  ep.ld_relu_squared_output = e.ld;
+  return ep;
+}
+
 FusedLossParams loss_params(const LossArgs<float>& a) {
   FusedLossParams p;
   p.T = a.T;
@@ -73,10 +82,7 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
   const double extra = epilogue.relu_squared_output != nullptr ? 1.0 : 0.0;
   ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
                      4.0 * (m * k + k * n + (beta == 0.0f ? 1.0 : 2.0) * m * n + extra * m * n));
-  GemmEpilogue ep;
-  ep.relu_squared = epilogue.relu_squared;
-  ep.relu_squared_output = epilogue.relu_squared_output;
-  ep.ld_relu_squared_output = epilogue.ld;
+  GemmEpilogue ep = gemm_epilogue(epilogue);
   if (precision == Precision::kBf16) {
     gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &ep);
   } else {
@@ -114,10 +120,7 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
   const double extra = epilogue.relu_squared_output != nullptr ? 4.0 : 0.0;
   ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
                      4.0 * (m * k + k * n) + (2.0 + extra) * m * n);
-  GemmEpilogue ep;
-  ep.relu_squared = epilogue.relu_squared;
-  ep.relu_squared_output = epilogue.relu_squared_output;
-  ep.ld_relu_squared_output = epilogue.ld;
+  GemmEpilogue ep = gemm_epilogue(epilogue);
   ep.c_bf16 = C_bf16;
   ep.ld_c_bf16 = ldc;
   ep.c_bf16_only = true;
@@ -132,10 +135,7 @@ void model_gemm_packed(const char* name, int64_t M, const float* A, const Packed
   ProfileScope scope(
       "gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
       4.0 * (m * k + (beta == 0.0f ? 1.0 : 2.0) * m * n) + static_cast<double>(B.data.size()));
-  GemmEpilogue ep;
-  ep.relu_squared = epilogue.relu_squared;
-  ep.relu_squared_output = epilogue.relu_squared_output;
-  ep.ld_relu_squared_output = epilogue.ld;
+  GemmEpilogue ep = gemm_epilogue(epilogue);
   matmul(Trans::kNo, M, 1.0f, A, B.K, B, beta, C, B.N, &ep);
 }
 
@@ -148,10 +148,7 @@ void model_grouped_gemm_rows(Precision precision, const char* name, const MoePla
   const double extra = epilogue.relu_squared_output != nullptr ? 1.0 : 0.0;
   ProfileScope scope("grouped_gemm", name, {plan.rows(), N, K, plan.experts}, 2.0 * m * n * k,
                      4.0 * (m * k + e * k * n + (1.0 + extra) * m * n));
-  GemmEpilogue ep;
-  ep.relu_squared = epilogue.relu_squared;
-  ep.relu_squared_output = epilogue.relu_squared_output;
-  ep.ld_relu_squared_output = epilogue.ld;
+  GemmEpilogue ep = gemm_epilogue(epilogue);
   grouped_gemm_rows(precision, plan.offsets, trans_b, N, K, 1.0f, A, lda, B, ldb, stride_b, 0.0f, C,
                     ldc, &ep);
 }
