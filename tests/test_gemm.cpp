@@ -418,22 +418,24 @@ TEST(Gemm, Bf16ARowsReadInPlaceGiveThePackedProductsBits) {
   if (kernels_with_rows == 0) GTEST_SKIP() << "no kernel under test reads A in place here";
 }
 
-// A kernel that stores a whole tile's sum straight into C where finishing would copy it
-// (MicroKernel::fn_to_c: AMX's tile stores, for alpha 1, beta 0, no epilogue) gives the bits of
-// the same kernel finishing every tile from its accumulator, within the reference's bound:
-// whole and partial tiles, one K block and several, deep K in passes, A packed (either
-// orientation) and read in place; and where the product scales or adds to C, it is not used
-// and the bits are the same again. On the hardware and on the tile unit's software model.
-TEST(Gemm, SumsStoredIntoCGiveTheFinishedBits) {
+// A kernel that finishes a tile's last K block itself, from its registers
+// (MicroKernel::fn_finishing: the vector kernels, for products without an epilogue) or by storing
+// the sum straight into C where finishing would copy it (fn_to_c: AMX's tile stores, for alpha
+// 1, beta 0), gives the bits of the same kernel storing every tile's sum and finishing it from
+// the accumulator, within the reference's bound: whole and partial tiles, one K block and
+// several, deep K in passes, alpha and beta that scale or add to C, A packed (either
+// orientation) and read in place. On the hardware and on the tile unit's software model.
+TEST(Gemm, TilesFinishedInTheKernelGiveTheFinishedBits) {
   ThreadPool two(2);
   ThreadPool::Use use(two);
   uint32_t seed = 4700;
-  int kernels_to_c = 0;
+  int kernels_finishing = 0;
   for (const MicroKernel& kernel : bf16_microkernels_and_tile_model()) {
-    if (kernel.fn_to_c == nullptr) continue;
-    ++kernels_to_c;
+    if (kernel.fn_to_c == nullptr && kernel.fn_finishing == nullptr) continue;
+    ++kernels_finishing;
     MicroKernel finishing = kernel;
     finishing.fn_to_c = nullptr;
+    finishing.fn_finishing = nullptr;
     const int64_t step = kernel.k_step;
     const int64_t deep = round_up((int64_t{5} << 20) / (2 * kernel.nr * kernel.packed_bytes), step);
     // One K block with whole tiles among partial ones (a whole tile's sum goes to C between two
@@ -445,7 +447,7 @@ TEST(Gemm, SumsStoredIntoCGiveTheFinishedBits) {
                                       {kernel.mr + 7, 2 * kernel.nr, deep, 256}}) {
       for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.75f, 0.0f}, {1.0f, 1.0f}}) {
         for (const Trans ta : {Trans::kNo, Trans::kYes}) {
-          // Deep K (slow on the software model) only where the sum goes to C, A as stored.
+          // Deep K (slow on the software model) only for alpha 1, beta 0, A as stored.
           if (K == deep && (alpha != 1.0f || beta != 0.0f || ta != Trans::kNo)) continue;
           const Problem p(ta, Trans::kYes, M, N, K, alpha, beta, seed++);
           std::vector<bf16> a16(p.A.size());
@@ -458,24 +460,25 @@ TEST(Gemm, SumsStoredIntoCGiveTheFinishedBits) {
           if (ta == Trans::kNo)
             inputs.push_back({{PackSource::kBf16, PackSource::kF32ToBf16}, a16.data()});
           for (const auto& [sources, a] : inputs) {
-            std::vector<float> to_c = p.start_c(), finished = p.start_c();
+            std::vector<float> in_kernel = p.start_c(), finished = p.start_c();
             gemm_run(kernel, blocking, sources, p.ta, p.tb, M, N, K, alpha, a, p.lda, p.B.data(),
-                     p.ldb, beta, to_c.data(), p.ldc, nullptr);
+                     p.ldb, beta, in_kernel.data(), p.ldc, nullptr);
             gemm_run(finishing, blocking, sources, p.ta, p.tb, M, N, K, alpha, a, p.lda, p.B.data(),
                      p.ldb, beta, finished.data(), p.ldc, nullptr);
             std::vector<float> want = p.C0;
             reference_gemm_bf16(p.ta, p.tb, M, N, K, alpha, p.A.data(), p.lda, p.B.data(), p.ldb,
                                 beta, want.data(), p.ldc);
-            const char* what =
-                sources.a == PackSource::kBf16 ? "sum to C, A in place" : "sum to C, A packed";
-            expect_close(p, to_c, want, Bound{p, true}, describe(kernel, p, what));
-            EXPECT_TRUE(same_bits(to_c, finished)) << describe(kernel, p, what) << " vs finished";
+            const char* what = sources.a == PackSource::kBf16 ? "finished in the kernel, A in place"
+                                                              : "finished in the kernel, A packed";
+            expect_close(p, in_kernel, want, Bound{p, true}, describe(kernel, p, what));
+            EXPECT_TRUE(same_bits(in_kernel, finished))
+                << describe(kernel, p, what) << " vs finished";
           }
         }
       }
     }
   }
-  if (kernels_to_c == 0) GTEST_SKIP() << "no kernel under test stores its sums into C here";
+  if (kernels_finishing == 0) GTEST_SKIP() << "no kernel under test finishes its own tiles here";
 }
 
 // A blocking of row parts splits whatever M it is fitted to into that many blocks of equal

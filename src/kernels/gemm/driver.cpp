@@ -153,7 +153,8 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   const int64_t mp = round_up(M, mr);
   const int64_t m_panels = mp / mr;
   // A bf16, k-contiguous A whose K fills whole k steps is read in place by a kernel that can
-  // (fn_a_rows: AMX tiles are its rows as stored); then only a last, partial panel is packed.
+  // (fn_a_rows: AMX tiles are its rows as stored, AVX512-BF16 broadcasts each pair from its
+  // row); then only a last, partial panel is packed.
   // Rows [0, a_packed_row0) are read in place; the packed buffer holds the rows from there.
   const bool a_in_place = kernel.fn_a_rows != nullptr && sources.a == PackSource::kBf16 &&
                           trans_a == Trans::kNo && K > 0 && K % kernel.k_step == 0;
@@ -347,9 +348,9 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                                ldc);
                 continue;
               }
-              if (last && finish_in_kernel && !a_rows_here) {
-                kernel.fn_finishing(kc, a, b, acc, ld_acc, !first, alpha, beta, c, ldc, tile_rows,
-                                    tile_cols);
+              if (last && finish_in_kernel) {
+                kernel.fn_finishing(kc, a, a_rows_here ? lda * a_bytes : 0, b, acc, ld_acc, !first,
+                                    alpha, beta, c, ldc, tile_rows, tile_cols);
                 continue;
               }
               if (a_rows_here) {

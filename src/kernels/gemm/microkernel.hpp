@@ -27,15 +27,18 @@ using MicroKernelFn = void (*)(int64_t kc, const void* a, const void* b, float* 
 // The micro-kernel's sum, then the tile finished from the registers: C[0:rows, 0:cols] =
 // alpha·acc + beta·C (beta == 0 never reads C) with the arithmetic of the kernel's FinishFn, so
 // the same bits, without storing the accumulator and reading it back. For a tile's last K block
-// when the product has no epilogue; `acc` is only read (when accumulate is set).
-using MicroKernelFinishingFn = void (*)(int64_t kc, const void* a, const void* b, const float* acc,
-                                        int64_t ld_acc, bool accumulate, float alpha, float beta,
-                                        float* c, int64_t ldc, int64_t rows, int64_t cols);
+// when the product has no epilogue; `acc` is only read (when accumulate is set). A is a packed
+// micro-panel when lda_bytes is 0, else whole rows read in place as fn_a_rows reads them (only
+// for a kernel that has fn_a_rows).
+using MicroKernelFinishingFn = void (*)(int64_t kc, const void* a, int64_t lda_bytes, const void* b,
+                                        const float* acc, int64_t ld_acc, bool accumulate,
+                                        float alpha, float beta, float* c, int64_t ldc,
+                                        int64_t rows, int64_t cols);
 
 // The micro-kernel with A's micro-panel read where A is stored instead of packed: mr rows of
-// bf16, k contiguous, rows lda_bytes apart, kc values from `a` on (for a kernel whose packed A
-// holds each k step's rows as they are stored: AMX's tiles). Same arithmetic in the same order
-// as fn on the packed panel, so the same bits.
+// bf16, k contiguous, rows lda_bytes apart, kc values from `a` on (for a kernel that can read
+// each k step's rows as they are stored: AMX's tiles load them, AVX512-BF16 broadcasts each
+// pair). Same arithmetic in the same order as fn on the packed panel, so the same bits.
 using MicroKernelRowsAFn = void (*)(int64_t kc, const void* a, int64_t lda_bytes, const void* b,
                                     float* acc, int64_t ld_acc, bool accumulate);
 

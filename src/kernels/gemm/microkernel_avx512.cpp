@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/gemm/epilogue.hpp"
+#include "kernels/gemm/finish_registers.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
 #include "kernels/target.hpp"
@@ -56,23 +57,7 @@ NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const float* a
       _mm512_storeu_ps(acc_out + r * ld_acc + 16, t[r][1]);
     }
   } else {
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    const __mmask16 m0 = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
-    const __mmask16 m1 = cols >= 32  ? 0xFFFF
-                         : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
-                                     : 0;
-#pragma GCC unroll 16
-    for (int r = 0; r < kMR; ++r) {
-      if (r >= rows) break;
-      float* o = c + r * ldc;
-      __m512 v0 = _mm512_mul_ps(va, t[r][0]), v1 = _mm512_mul_ps(va, t[r][1]);
-      if (beta != 0.0f) {
-        v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, o), v0);
-        v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, o + 16), v1);
-      }
-      _mm512_mask_storeu_ps(o, m0, v0);
-      _mm512_mask_storeu_ps(o + 16, m1, v1);
-    }
+    finish_from_registers<kMR>(t, alpha, beta, c, ldc, rows, cols);
   }
 }
 
@@ -82,10 +67,11 @@ NANOGPT_TARGET_AVX512 void kernel(int64_t kc, const void* a, const void* b, floa
               accumulate, 0.0f, 0.0f, nullptr, 0, 0, 0);
 }
 
-NANOGPT_TARGET_AVX512 void kernel_finishing(int64_t kc, const void* a, const void* b,
-                                            const float* acc, int64_t ld_acc, bool accumulate,
-                                            float alpha, float beta, float* c, int64_t ldc,
-                                            int64_t rows, int64_t cols) {
+// A is always packed here (the kernel has no fn_a_rows): lda_bytes is 0.
+NANOGPT_TARGET_AVX512 void kernel_finishing(int64_t kc, const void* a, int64_t /*lda_bytes*/,
+                                            const void* b, const float* acc, int64_t ld_acc,
+                                            bool accumulate, float alpha, float beta, float* c,
+                                            int64_t ldc, int64_t rows, int64_t cols) {
   tile<true>(kc, static_cast<const float*>(a), static_cast<const float*>(b), acc, nullptr, ld_acc,
              accumulate, alpha, beta, c, ldc, rows, cols);
 }

@@ -1,9 +1,12 @@
 // bf16 products with AVX512-BF16: VDPBF16PS adds, per fp32 lane, the two products of a pair
 // of bf16. 12 rows × 32 columns: 24 zmm accumulators, 2 B loads (32 columns × a k pair) and
-// 12 broadcast pairs of A per k pair.
+// 12 broadcast pairs of A per k pair. A broadcast reads one pair wherever it is, so A's
+// micro-panel is read packed or, a bf16 A with k contiguous, in place from its rows
+// (fn_a_rows): nothing to pack.
 #include <cstring>
 
 #include "kernels/gemm/epilogue.hpp"
+#include "kernels/gemm/finish_registers.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
 #include "kernels/target.hpp"
@@ -17,32 +20,79 @@ namespace {
 
 constexpr int64_t kMR = 12, kNR = 32;
 
-NANOGPT_TARGET_AVX512BF16 void kernel(int64_t kc, const void* a_v, const void* b_v, float* acc,
-                                      int64_t ld_acc, bool accumulate) {
-  const bf16* a = static_cast<const bf16*>(a_v);
+// The sum over kc values of k into 24 registers, then either stored to acc or, kFinish, the
+// tile finished into C from the registers (finish_registers.hpp).
+template <bool kFinish, bool kRowsA>
+NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const void* a_v,
+                                                          int64_t lda_bytes, const void* b_v,
+                                                          const float* acc_in, float* acc_out,
+                                                          int64_t ld_acc, bool accumulate,
+                                                          float alpha, float beta, float* c,
+                                                          int64_t ldc, int64_t rows, int64_t cols) {
+  const char* a = static_cast<const char*>(a_v);
   const bf16* b = static_cast<const bf16*>(b_v);
-  __m512 c[kMR][2];
+  __m512 t[kMR][2];
 #pragma GCC unroll 16
   for (int r = 0; r < kMR; ++r) {
-    c[r][0] = accumulate ? _mm512_loadu_ps(acc + r * ld_acc) : _mm512_setzero_ps();
-    c[r][1] = accumulate ? _mm512_loadu_ps(acc + r * ld_acc + 16) : _mm512_setzero_ps();
+    t[r][0] = accumulate ? _mm512_loadu_ps(acc_in + r * ld_acc) : _mm512_setzero_ps();
+    t[r][1] = accumulate ? _mm512_loadu_ps(acc_in + r * ld_acc + 16) : _mm512_setzero_ps();
   }
+  // Rows in place: four row pointers, each with the next two rows at lda and 2·lda (x86's
+  // base + index·scale), so the loop keeps 5 registers of addresses instead of 12 (with 12
+  // the compiler spilled two and reloaded them every k pair).
+  const char* rows_at[4] = {a, a + 3 * lda_bytes, a + 6 * lda_bytes, a + 9 * lda_bytes};
   for (int64_t kk = 0; kk < kc / 2; ++kk) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kk * 2 * kNR);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kk * 2 * kNR + kNR);
 #pragma GCC unroll 16
     for (int r = 0; r < kMR; ++r) {
       int32_t pair;
-      std::memcpy(&pair, a + kk * 2 * kMR + 2 * r, sizeof pair);
+      if constexpr (kRowsA) {
+        std::memcpy(&pair, rows_at[r / 3] + (r % 3) * lda_bytes, sizeof pair);
+      } else {
+        std::memcpy(&pair, a + (kk * kMR + r) * 4, sizeof pair);
+      }
       const __m512bh ar = (__m512bh)_mm512_set1_epi32(pair);
-      c[r][0] = _mm512_dpbf16_ps(c[r][0], ar, b0);
-      c[r][1] = _mm512_dpbf16_ps(c[r][1], ar, b1);
+      t[r][0] = _mm512_dpbf16_ps(t[r][0], ar, b0);
+      t[r][1] = _mm512_dpbf16_ps(t[r][1], ar, b1);
+    }
+    if constexpr (kRowsA) {
+      for (const char*& p : rows_at) p += 4;
     }
   }
+  if constexpr (!kFinish) {
 #pragma GCC unroll 16
-  for (int r = 0; r < kMR; ++r) {
-    _mm512_storeu_ps(acc + r * ld_acc, c[r][0]);
-    _mm512_storeu_ps(acc + r * ld_acc + 16, c[r][1]);
+    for (int r = 0; r < kMR; ++r) {
+      _mm512_storeu_ps(acc_out + r * ld_acc, t[r][0]);
+      _mm512_storeu_ps(acc_out + r * ld_acc + 16, t[r][1]);
+    }
+  } else {
+    finish_from_registers<kMR>(t, alpha, beta, c, ldc, rows, cols);
+  }
+}
+
+NANOGPT_TARGET_AVX512BF16 void kernel(int64_t kc, const void* a, const void* b, float* acc,
+                                      int64_t ld_acc, bool accumulate) {
+  tile<false, false>(kc, a, 0, b, acc, acc, ld_acc, accumulate, 0.0f, 0.0f, nullptr, 0, 0, 0);
+}
+
+NANOGPT_TARGET_AVX512BF16 void kernel_a_rows(int64_t kc, const void* a, int64_t lda_bytes,
+                                             const void* b, float* acc, int64_t ld_acc,
+                                             bool accumulate) {
+  tile<false, true>(kc, a, lda_bytes, b, acc, acc, ld_acc, accumulate, 0.0f, 0.0f, nullptr, 0, 0,
+                    0);
+}
+
+NANOGPT_TARGET_AVX512BF16 void kernel_finishing(int64_t kc, const void* a, int64_t lda_bytes,
+                                                const void* b, const float* acc, int64_t ld_acc,
+                                                bool accumulate, float alpha, float beta, float* c,
+                                                int64_t ldc, int64_t rows, int64_t cols) {
+  if (lda_bytes != 0) {
+    tile<true, true>(kc, a, lda_bytes, b, acc, nullptr, ld_acc, accumulate, alpha, beta, c, ldc,
+                     rows, cols);
+  } else {
+    tile<true, false>(kc, a, 0, b, acc, nullptr, ld_acc, accumulate, alpha, beta, c, ldc, rows,
+                      cols);
   }
 }
 
@@ -70,6 +120,8 @@ MicroKernel microkernel_avx512_bf16() {
   m.pack_b[1] = pack::vnni_pack_b_f32;
   m.pack_b[2] = pack::vnni_pack_b_bf16;
   m.finish = finish_tile_avx512;
+  m.fn_finishing = kernel_finishing;
+  m.fn_a_rows = kernel_a_rows;
   m.stream = stream_tile_avx512;
   // Pairs of k make its dot products: a deeper kc for the same bytes of packed panel.
   m.blocking = {96, 256, 512};

@@ -1,0 +1,41 @@
+// A tile's fp32 sum finished into C straight from the micro-kernel's registers, with the
+// arithmetic of finish_tile_avx512 (epilogue.cpp): v = alpha·acc, then fma(beta, C, v) where beta
+// is not 0, stored under masks for a partial tile. For the vector kernels' last K block of a
+// tile without an epilogue (MicroKernel::fn_finishing): the same bits as storing the sum and
+// finishing it, without the sum's round trip through memory.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/target.hpp"
+
+NANOGPT_ALLOW_AVX512_INTRINSICS
+
+namespace nanogpt {
+
+// t[r][0..1]: row r's 32 columns; rows and cols: the part of the tile inside C.
+template <int kMR>
+NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void finish_from_registers(const __m512 (&t)[kMR][2],
+                                                                       float alpha, float beta,
+                                                                       float* c, int64_t ldc,
+                                                                       int64_t rows, int64_t cols) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __mmask16 m0 = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32  ? 0xFFFF
+                       : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
+                                   : 0;
+#pragma GCC unroll 16
+  for (int r = 0; r < kMR; ++r) {
+    if (r >= rows) break;
+    float* o = c + r * ldc;
+    __m512 v0 = _mm512_mul_ps(va, t[r][0]), v1 = _mm512_mul_ps(va, t[r][1]);
+    if (beta != 0.0f) {
+      v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, o), v0);
+      v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, o + 16), v1);
+    }
+    _mm512_mask_storeu_ps(o, m0, v0);
+    _mm512_mask_storeu_ps(o + 16, m1, v1);
+  }
+}
+
+}  // namespace nanogpt
