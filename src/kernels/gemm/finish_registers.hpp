@@ -2,7 +2,8 @@
 // arithmetic of finish_tile_avx512 (epilogue.cpp): v = alpha·acc, then fma(beta, C, v) where beta
 // is not 0, stored under masks for a partial tile. For the vector kernels' last K block of a
 // tile without an epilogue (MicroKernel::fn_finishing): the same bits as storing the sum and
-// finishing it, without the sum's round trip through memory.
+// finishing it, without the sum's round trip through memory. Also the two ends every such
+// kernel shares: the carried sum loaded into the registers, and the sum stored or finished.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,38 @@ NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void finish_from_registers(const __m
     }
     _mm512_mask_storeu_ps(o, m0, v0);
     _mm512_mask_storeu_ps(o + 16, m1, v1);
+  }
+}
+
+// The registers a tile's sum starts from: the carried sum in acc (accumulate) or zero.
+template <int kMR>
+NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void start_tile_registers(__m512 (&t)[kMR][2],
+                                                                      const float* acc,
+                                                                      int64_t ld_acc,
+                                                                      bool accumulate) {
+#pragma GCC unroll 16
+  for (int r = 0; r < kMR; ++r) {
+    t[r][0] = accumulate ? _mm512_loadu_ps(acc + r * ld_acc) : _mm512_setzero_ps();
+    t[r][1] = accumulate ? _mm512_loadu_ps(acc + r * ld_acc + 16) : _mm512_setzero_ps();
+  }
+}
+
+// The tile's sum stored to acc (kFinish false: finished later, or carried to the next K block)
+// or finished into C from the registers (finish_from_registers).
+template <bool kFinish, int kMR>
+NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void end_tile_registers(const __m512 (&t)[kMR][2],
+                                                                    float* acc, int64_t ld_acc,
+                                                                    float alpha, float beta,
+                                                                    float* c, int64_t ldc,
+                                                                    int64_t rows, int64_t cols) {
+  if constexpr (!kFinish) {
+#pragma GCC unroll 16
+    for (int r = 0; r < kMR; ++r) {
+      _mm512_storeu_ps(acc + r * ld_acc, t[r][0]);
+      _mm512_storeu_ps(acc + r * ld_acc + 16, t[r][1]);
+    }
+  } else {
+    finish_from_registers<kMR>(t, alpha, beta, c, ldc, rows, cols);
   }
 }
 

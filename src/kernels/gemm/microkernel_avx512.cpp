@@ -26,11 +26,7 @@ NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const float* a
                                                       float beta, float* c, int64_t ldc,
                                                       int64_t rows, int64_t cols) {
   __m512 t[kMR][2];
-#pragma GCC unroll 16
-  for (int r = 0; r < kMR; ++r) {
-    t[r][0] = accumulate ? _mm512_loadu_ps(acc_in + r * ld_acc) : _mm512_setzero_ps();
-    t[r][1] = accumulate ? _mm512_loadu_ps(acc_in + r * ld_acc + 16) : _mm512_setzero_ps();
-  }
+  start_tile_registers<kMR>(t, acc_in, ld_acc, accumulate);
   // A's micro-panel streams from L2 past the B panel held in L1: fetched 16 k steps (two
   // lines) ahead, with the loop unrolled by 4, the speedrun's products gained 1–4% on the Xeon
   // (family 6 model 207; bench/gemm_bench, alternating builds); unrolled without the prefetch
@@ -50,15 +46,7 @@ NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const float* a
       t[r][1] = _mm512_fmadd_ps(ar, b1, t[r][1]);
     }
   }
-  if constexpr (!kFinish) {
-#pragma GCC unroll 16
-    for (int r = 0; r < kMR; ++r) {
-      _mm512_storeu_ps(acc_out + r * ld_acc, t[r][0]);
-      _mm512_storeu_ps(acc_out + r * ld_acc + 16, t[r][1]);
-    }
-  } else {
-    finish_from_registers<kMR>(t, alpha, beta, c, ldc, rows, cols);
-  }
+  end_tile_registers<kFinish, kMR>(t, acc_out, ld_acc, alpha, beta, c, ldc, rows, cols);
 }
 
 NANOGPT_TARGET_AVX512 void kernel(int64_t kc, const void* a, const void* b, float* acc,

@@ -32,11 +32,7 @@ NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const void
   const char* a = static_cast<const char*>(a_v);
   const bf16* b = static_cast<const bf16*>(b_v);
   __m512 t[kMR][2];
-#pragma GCC unroll 16
-  for (int r = 0; r < kMR; ++r) {
-    t[r][0] = accumulate ? _mm512_loadu_ps(acc_in + r * ld_acc) : _mm512_setzero_ps();
-    t[r][1] = accumulate ? _mm512_loadu_ps(acc_in + r * ld_acc + 16) : _mm512_setzero_ps();
-  }
+  start_tile_registers<kMR>(t, acc_in, ld_acc, accumulate);
   // Rows in place: four row pointers, each with the next two rows at lda and 2·lda (x86's
   // base + index·scale), so the loop keeps 5 registers of addresses instead of 12 (with 12
   // the compiler spilled two and reloaded them every k pair).
@@ -60,15 +56,7 @@ NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const void
       for (const char*& p : rows_at) p += 4;
     }
   }
-  if constexpr (!kFinish) {
-#pragma GCC unroll 16
-    for (int r = 0; r < kMR; ++r) {
-      _mm512_storeu_ps(acc_out + r * ld_acc, t[r][0]);
-      _mm512_storeu_ps(acc_out + r * ld_acc + 16, t[r][1]);
-    }
-  } else {
-    finish_from_registers<kMR>(t, alpha, beta, c, ldc, rows, cols);
-  }
+  end_tile_registers<kFinish, kMR>(t, acc_out, ld_acc, alpha, beta, c, ldc, rows, cols);
 }
 
 NANOGPT_TARGET_AVX512BF16 void kernel(int64_t kc, const void* a, const void* b, float* acc,
