@@ -166,6 +166,12 @@ void check_bf16(const MicroKernel& kernel, const Problem& p) {
            {PackSource::kBf16, PackSource::kF32ToBf16}, p.ta, p.tb, p.M, p.N, p.K, p.alpha,
            a16.data(), p.lda, p.B.data(), p.ldb, p.beta, mixed.data(), p.ldc, nullptr);
   ASSERT_TRUE(same_bits(got, mixed)) << describe(kernel, p, "bf16 A, fp32 B");
+  // And the other way (a weight gradient's fp32 output gradient times a bf16 activation).
+  mixed = p.start_c();
+  gemm_run(kernel, default_blocking(kernel, p.M, p.N, p.K, ThreadPool::current().size()),
+           {PackSource::kF32ToBf16, PackSource::kBf16}, p.ta, p.tb, p.M, p.N, p.K, p.alpha,
+           p.A.data(), p.lda, b16.data(), p.ldb, p.beta, mixed.data(), p.ldc, nullptr);
+  ASSERT_TRUE(same_bits(got, mixed)) << describe(kernel, p, "fp32 A, bf16 B");
 }
 
 constexpr float kAlphaBeta[][2] = {{1.0f, 0.0f}, {0.5f, 1.0f}, {-2.0f, 0.5f}};
@@ -687,18 +693,19 @@ TEST(Gemm, FusedEpilogueOnEveryKernel) {
 // c_bf16_only: the bf16 copy alone, C null and never followed, is bit for bit the copy written
 // beside C, with the relu² gradient epilogue (as the MLP's backward uses it) and without; on a
 // small shape, and on one whose C (8 MiB) takes the driver's non-temporal path where the kernel
-// has one. Columns of the copy past N stay untouched.
+// has one: with the copy's rows on cache lines (ld_copy = N, the copy streamed as well) and
+// off them (cached stores). Columns of the copy past N stay untouched.
 void check_bf16_only(const MicroKernel& kernel, bool bf16_gemm, Trans ta, Trans tb, int64_t M,
-                     int64_t N, int64_t K, uint32_t seed) {
+                     int64_t N, int64_t K, uint32_t seed, int64_t ld_copy) {
   const Problem p(ta, tb, M, N, K, 0.75f, 0.0f, seed);
   std::mt19937 rng(seed + 3000);
   const std::vector<float> h = random_matrix(static_cast<size_t>(M * N), rng);  // both signs
-  const int64_t ld_copy = N + 3;
   const std::string what = std::string(kernel.isa) + (bf16_gemm ? " bf16 " : " fp32 ") +
                            trans_name(ta) + trans_name(tb) + " " + std::to_string(M) + "x" +
                            std::to_string(N) + "x" + std::to_string(K);
   for (bool relu_grad : {false, true}) {
-    std::vector<bf16> want(static_cast<size_t>(M * ld_copy), bf16{0x1234}), got = want;
+    // Aligned, so that with ld_copy a multiple of 32 the copy's rows start on cache lines.
+    AlignedVector<bf16> want(static_cast<size_t>(M * ld_copy), bf16{0x1234}), got = want;
     GemmEpilogue beside, alone;
     for (GemmEpilogue* ep : {&beside, &alone}) {
       ep->relu_squared_output = relu_grad ? h.data() : nullptr;
@@ -733,16 +740,20 @@ TEST(Gemm, Bf16CopyAloneOnEveryKernel) {
   for (Trans ta : {Trans::kNo, Trans::kYes}) {
     for (Trans tb : {Trans::kNo, Trans::kYes}) {
       for (const MicroKernel& k : available_microkernels())
-        check_bf16_only(k, false, ta, tb, 45, 77, 70, seed++);
+        check_bf16_only(k, false, ta, tb, 45, 77, 70, seed++, 80);
       for (const MicroKernel& k : bf16_microkernels_under_test())
-        check_bf16_only(k, true, ta, tb, 45, 77, 70, seed++);
+        check_bf16_only(k, true, ta, tb, 45, 77, 70, seed++, 80);
     }
   }
   // C of 512 × 4096 floats is the driver's 8 MiB line for storing C non-temporally.
-  for (const MicroKernel& k : available_microkernels())
-    if (k.stream != nullptr) check_bf16_only(k, false, Trans::kNo, Trans::kNo, 512, 4096, 32, 7);
-  for (const MicroKernel& k : bf16_microkernels_under_test())
-    if (k.stream != nullptr) check_bf16_only(k, true, Trans::kNo, Trans::kNo, 512, 4096, 64, 8);
+  for (int64_t ld_copy : {4096, 4099}) {
+    for (const MicroKernel& k : available_microkernels())
+      if (k.stream != nullptr)
+        check_bf16_only(k, false, Trans::kNo, Trans::kNo, 512, 4096, 32, 7, ld_copy);
+    for (const MicroKernel& k : bf16_microkernels_under_test())
+      if (k.stream != nullptr)
+        check_bf16_only(k, true, Trans::kNo, Trans::kNo, 512, 4096, 64, 8, ld_copy);
+  }
 }
 
 TEST(Gemm, Bf16CopyAloneRefusesACOrABeta) {
@@ -764,6 +775,23 @@ TEST(Gemm, Bf16CopyAloneRefusesACOrABeta) {
   ep.c_bf16 = nullptr;  // nowhere to write at all
   EXPECT_THROW(gemm(Trans::kNo, Trans::kNo, 8, 8, 8, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb,
                     0.0f, nullptr, p.ldc, &ep),
+               std::invalid_argument);
+}
+
+// The relu² output is read in one precision: an epilogue given it in both is refused.
+TEST(Gemm, ReluSquaredOutputInBothPrecisionsIsRefused) {
+  const Problem p(Trans::kNo, Trans::kNo, 8, 8, 8, 1.0f, 0.0f, 6);
+  std::vector<float> h(64, 1.0f), c = p.C0;
+  std::vector<bf16> h16(64, to_bf16(1.0f));
+  GemmEpilogue ep;
+  ep.relu_squared_output = h.data();
+  ep.relu_squared_output_bf16 = h16.data();
+  ep.ld_relu_squared_output = 8;
+  EXPECT_THROW(gemm_bf16(Trans::kNo, Trans::kNo, 8, 8, 8, 1.0f, p.A.data(), p.lda, p.B.data(),
+                         p.ldb, 0.0f, c.data(), p.ldc, &ep),
+               std::invalid_argument);
+  EXPECT_THROW(gemm(Trans::kNo, Trans::kNo, 8, 8, 8, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb,
+                    0.0f, c.data(), p.ldc, &ep),
                std::invalid_argument);
 }
 
@@ -838,6 +866,22 @@ void check_relu_squared_grad(const MicroKernel& kernel, bool bf16_gemm, Trans ta
       ASSERT_EQ(squared[idx], r * r) << kernel.isa << " " << i << "," << j;
     }
   }
+  // H stored rounded to bf16: the bits of the same epilogue on an fp32 H holding those values.
+  std::vector<bf16> h16(h.size());
+  std::vector<float> h_widened(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    h16[i] = to_bf16(h[i]);
+    h_widened[i] = to_float(h16[i]);
+  }
+  GemmEpilogue from_bf16, from_widened;
+  from_bf16.relu_squared_output_bf16 = h16.data();
+  from_widened.relu_squared_output = h_widened.data();
+  from_bf16.ld_relu_squared_output = from_widened.ld_relu_squared_output = ld_h;
+  std::vector<float> got16 = p.C0, want16 = p.C0;
+  run_with(kernel, bf16_gemm, p, got16, &from_bf16);
+  run_with(kernel, bf16_gemm, p, want16, &from_widened);
+  ASSERT_TRUE(same_bits(got16, want16)) << kernel.isa << ": relu² output given in bf16";
+  EXPECT_FALSE(same_bits(got16, got)) << kernel.isa << ": rounding H should change some values";
 }
 
 TEST(Gemm, ReluSquaredGradEpilogueOnEveryKernel) {
@@ -909,6 +953,12 @@ TEST(Gemm, PublicEntryPointsUseTheActiveKernels) {
   gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a16.data(), p.lda, p.B.data(), p.ldb, 0.0f, y.data(),
             p.ldc);
   EXPECT_TRUE(same_bits(x, y)) << "bf16 A, fp32 B";
+  std::vector<bf16> b16(p.B.size());
+  std::transform(p.B.begin(), p.B.end(), b16.begin(), [](float v) { return to_bf16(v); });
+  y = p.start_c();
+  gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, 1.0f, p.A.data(), p.lda, b16.data(), p.ldb, 0.0f, y.data(),
+            p.ldc);
+  EXPECT_TRUE(same_bits(x, y)) << "fp32 A, bf16 B";
 }
 
 // Every entry of the kernel table this CPU can run is complete: what the driver calls is there,

@@ -33,11 +33,16 @@ struct GemmEpilogue {
   // H[i,j] = relu_squared_output[i·ld + j]. Fused into the MLP's c_proj input gradient, it
   // saves a pass over the T×4d hidden layer, and needs only H, which the forward keeps anyway.
   const float* relu_squared_output = nullptr;
+  // The same H stored rounded to bf16 (where only bf16 products and this epilogue read it); at
+  // most one of the two is set. Same stride.
+  const bf16* relu_squared_output_bf16 = nullptr;
   int64_t ld_relu_squared_output = 0;
   // C[i,j] = max(C[i,j], 0)²: the MLP's activation fused into c_fc, so the pre-activation is
   // never stored.
   bool relu_squared = false;
-  // c_bf16[i·ld + j] = bf16(C[i,j]): the cast for a consumer that reads bf16.
+  // c_bf16[i·ld + j] = bf16(C[i,j]): the cast for a consumer that reads bf16. Where C is
+  // large, only written and the copy's rows are 64-byte aligned, the copy is stored
+  // non-temporally, as C is.
   bf16* c_bf16 = nullptr;
   int64_t ld_c_bf16 = 0;
   // The finished values go to c_bf16 alone: C is null and never written, and beta must be 0.

@@ -23,6 +23,10 @@ void gemm_bf16(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, fl
 void gemm_bf16(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const bf16* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc, const GemmEpilogue* epilogue = nullptr);
+// A as fp32 rounded as it is packed, B stored as bf16 (ldb in bf16 elements).
+void gemm_bf16(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
+               int64_t ldc, const GemmEpilogue* epilogue = nullptr);
 
 // The same with a given kernel from available_bf16_microkernels() (tests run each).
 void gemm_bf16_with(const MicroKernel& kernel, Trans trans_a, Trans trans_b, int64_t M, int64_t N,

@@ -73,6 +73,41 @@ void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_
 }
 
 template <class Real>
+void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
+                    const Real* x, const Real* W, ProductRows<Real> y,
+                    const ReluSquaredEpilogue<Real>& epilogue, const PackedB* packed) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (y.rounded != nullptr) {
+      if (packed != nullptr) {
+        model_gemm_packed(name, T, x, *packed, y.rounded, epilogue);
+      } else {
+        model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, 1.0f, x, n_in, W, n_in,
+                   y.rounded, n_out, epilogue);
+      }
+      return;
+    }
+  }
+  linear_forward(precision, name, T, n_in, n_out, x, W, Real(0), y.values, epilogue, packed);
+}
+
+template <class Real>
+void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
+                    ProductRows<Real> x, const Real* W, Real beta, Real* y, const PackedB* packed) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (x.rounded != nullptr) {
+      if (packed != nullptr) {
+        model_gemm_packed(name, T, x.rounded, *packed, beta, y, {});
+      } else {
+        model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, 1.0f, x.rounded, n_in,
+                   W, n_in, beta, y, n_out);
+      }
+      return;
+    }
+  }
+  linear_forward(precision, name, T, n_in, n_out, x.values, W, beta, y, {}, packed);
+}
+
+template <class Real>
 void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
                             int64_t n_out, const Real* dy, const Real* x, Real* dW) {
   model_gemm(precision, name, Trans::kYes, Trans::kNo, n_out, n_in, T, Real(1), dy, n_out, x, n_in,
@@ -117,6 +152,19 @@ void linear_backward_weight(Precision precision, const char* name, int64_t T, in
     }
   }
   linear_backward_weight(precision, name, T, n_in, n_out, dy.values, x, dW);
+}
+
+template <class Real>
+void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
+                            int64_t n_out, const Real* dy, ProductRows<Real> x, Real* dW) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (x.rounded != nullptr) {
+      model_gemm(precision, name, Trans::kYes, Trans::kNo, n_out, n_in, T, 1.0f, dy, n_out,
+                 x.rounded, n_in, 1.0f, dW, n_in);
+      return;
+    }
+  }
+  linear_backward_weight(precision, name, T, n_in, n_out, dy, x.values, dW);
 }
 
 template <class Real>
@@ -315,6 +363,13 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s
                                              ProductRows<Real>, const Real*, Real*);               \
   template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
                                             ProductRows<Real>, const Real*, Real*);                \
+  template void linear_forward<Real>(Precision, const char*, int64_t, int64_t, int64_t,            \
+                                     const Real*, const Real*, ProductRows<Real>,                  \
+                                     const ReluSquaredEpilogue<Real>&, const PackedB*);            \
+  template void linear_forward<Real>(Precision, const char*, int64_t, int64_t, int64_t,            \
+                                     ProductRows<Real>, const Real*, Real, Real*, const PackedB*); \
+  template void linear_backward_weight<Real>(Precision, const char*, int64_t, int64_t, int64_t,    \
+                                             const Real*, ProductRows<Real>, Real*);               \
   template void embed_norm_forward<Real>(int64_t, int64_t, const int32_t*, const Real*, Real*,     \
                                          Real*);                                                   \
   template void embed_norm_backward<Real>(int64_t, int64_t, const int32_t*, const Real*,           \

@@ -18,6 +18,17 @@ namespace nanogpt {
 
 // --- Linear layers: y = x·Wᵀ for T rows, W [n_out, n_in] (PyTorch's nn.Linear layout). -------
 
+// A [T, n] activation or gradient that only products (and their epilogues) read. With bf16
+// products on float (they round their operands to bf16 as they pack them) it is stored already
+// rounded, in `rounded`: half the bytes written and read, the same bits for the products, and a
+// bf16 A with k contiguous is read in place, not packed. Otherwise, and always for double, in
+// `values`. Exactly one of the two is set.
+template <class Real>
+struct ProductRows {
+  Real* values = nullptr;
+  bf16* rounded = nullptr;
+};
+
 // y = x·Wᵀ + beta·y (beta 1: the product lands on a residual stream), with an optional relu²
 // epilogue (ReluSquaredEpilogue::relu_squared: y = relu²(x·Wᵀ), the MLP's c_fc). `packed`:
 // W already packed for the product (model/packed_weights.hpp; float only), or null.
@@ -26,6 +37,16 @@ void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_
                     const Real* x, const Real* W, Real beta, Real* y,
                     const ReluSquaredEpilogue<Real>& epilogue = {},
                     const PackedB* packed = nullptr);
+// The same into y as it is stored (beta 0): the MLP's h = relu²(x·Wᵀ), which only c_proj's
+// products and the relu² gradient read.
+template <class Real>
+void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
+                    const Real* x, const Real* W, ProductRows<Real> y,
+                    const ReluSquaredEpilogue<Real>& epilogue, const PackedB* packed);
+// The same from x as it is stored, without an epilogue.
+template <class Real>
+void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
+                    ProductRows<Real> x, const Real* W, Real beta, Real* y, const PackedB* packed);
 // dW += dyᵀ·x.
 template <class Real>
 void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
@@ -37,25 +58,18 @@ void linear_backward_input(Precision precision, const char* name, int64_t T, int
                            int64_t n_out, const Real* dy, const Real* W, Real* dx,
                            const ReluSquaredEpilogue<Real>& epilogue = {});
 
-// A [T, n] gradient that only products read. With bf16 products on float (they round their
-// operands to bf16 as they pack them) it is stored already rounded, in `rounded`: half the bytes
-// written and read, and the same bits. Otherwise, and always for double, in `values`. Exactly
-// one of the two is set.
-template <class Real>
-struct ProductRows {
-  Real* values = nullptr;
-  bf16* rounded = nullptr;
-};
-
 // dx = dy·W with the epilogue, into dx as it is stored.
 template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, const Real* dy, const Real* W, ProductRows<Real> dx,
                            const ReluSquaredEpilogue<Real>& epilogue);
-// dW += dyᵀ·x and dx = dy·W, from dy as it is stored.
+// dW += dyᵀ·x and dx = dy·W, from dy (or x) as it is stored.
 template <class Real>
 void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
                             int64_t n_out, ProductRows<Real> dy, const Real* x, Real* dW);
+template <class Real>
+void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
+                            int64_t n_out, const Real* dy, ProductRows<Real> x, Real* dW);
 template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, ProductRows<Real> dy, const Real* W, Real* dx);

@@ -220,6 +220,8 @@ void GptT<Real>::size_block(LayerActivations& A, int64_t layer, int64_t T) {
     resize(A.xe, rows * d);
     resize(A.he, rows * config_.moe_hidden());
     resize(A.ye, rows * d);
+  } else if (product_rows_rounded()) {
+    resize(A.h_rounded, T * 4 * d);
   } else {
     resize(A.h, T * 4 * d);
   }
@@ -259,7 +261,7 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len, bool cached) {
   resize(dx_, T * d);
   resize(dx0_, T * d);
   resize(dtmp_, T * (s.Hq + s.Hkv) * s.D);
-  if (hidden_gradient_rounded()) {
+  if (product_rows_rounded()) {
     resize(dh_rounded_, T * 4 * d);
   } else {
     resize(dh_, T * 4 * d);
@@ -293,8 +295,8 @@ size_t GptT<Real>::activation_bytes() const {
           &A.he, &A.ye}) {
       total += bytes_of(*v);
     }
-    total += bytes_of(A.expert_ids) + bytes_of(A.plan.offsets) + bytes_of(A.plan.entry_of_row) +
-             bytes_of(A.plan.row_of_entry);
+    total += bytes_of(A.h_rounded) + bytes_of(A.expert_ids) + bytes_of(A.plan.offsets) +
+             bytes_of(A.plan.entry_of_row) + bytes_of(A.plan.row_of_entry);
   }
   for (const AlignedVector<Real>* v : {&dx_, &dx0_, &dtmp_, &dh_, &dqkv_, &dattn_, &dnorm_, &dye_,
                                        &dhe_, &dxe_, &dgates_, &dlogits_}) {
@@ -305,14 +307,25 @@ size_t GptT<Real>::activation_bytes() const {
 }
 
 template <class Real>
-bool GptT<Real>::hidden_gradient_rounded() const {
+bool GptT<Real>::product_rows_rounded() const {
   return std::is_same_v<Real, float> && precision_ == Precision::kBf16;
+}
+
+template <class Real>
+ProductRows<Real> GptT<Real>::hidden(LayerActivations& A) const {
+  ProductRows<Real> h;
+  if (product_rows_rounded()) {
+    h.rounded = A.h_rounded.data();
+  } else {
+    h.values = A.h.data();
+  }
+  return h;
 }
 
 template <class Real>
 ProductRows<Real> GptT<Real>::hidden_gradient() {
   ProductRows<Real> dh;
-  if (hidden_gradient_rounded()) {
+  if (product_rows_rounded()) {
     dh.rounded = dh_rounded_.data();
   } else {
     dh.values = dh_.data();
@@ -566,10 +579,11 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                             w.expert_proj, A.ye.data());
       model_moe_combine(A.plan, d, A.ye.data(), A.gates.data(), x_out);
     } else {
-      linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, A.norm2.data(), w.c_fc, Real(0),
-                     A.h.data(), relu2, packed_for(cached, w.c_fc, 4 * d, d));
-      linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, A.h.data(), w.mlp_proj, Real(1),
-                     x_out, {}, packed_for(cached, w.mlp_proj, d, 4 * d));
+      const ProductRows<Real> h = hidden(A);
+      linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, A.norm2.data(), w.c_fc, h,
+                     relu2, packed_for(cached, w.c_fc, 4 * d, d));
+      linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, h, w.mlp_proj, Real(1), x_out,
+                     packed_for(cached, w.mlp_proj, d, 4 * d));
     }
     x = x_out;
   }
@@ -721,9 +735,11 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                             dnorm_.data());
       model_moe_gather_backward(A.plan, d, dxe_.data(), dnorm_.data());
     } else {
-      linear_backward_weight(precision_, "mlp.c_proj.dW", T, 4 * d, d, dx, A.h.data(), g.mlp_proj);
+      const ProductRows<Real> h = hidden(layers_[static_cast<size_t>(i)]);
+      linear_backward_weight(precision_, "mlp.c_proj.dW", T, 4 * d, d, dx, h, g.mlp_proj);
       ReluSquaredEpilogue<Real> relu2_grad;
-      relu2_grad.relu_squared_output = A.h.data();
+      relu2_grad.relu_squared_output = h.values;
+      relu2_grad.relu_squared_output_rounded = h.rounded;
       relu2_grad.ld = 4 * d;
       const ProductRows<Real> dh = hidden_gradient();
       linear_backward_input(precision_, "mlp.c_proj.dX.relu2_bwd", T, 4 * d, d, dx, w.mlp_proj, dh,

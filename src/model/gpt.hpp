@@ -185,20 +185,21 @@ class GptT {
 
  private:
   struct LayerActivations {
-    AlignedVector<Real> x_in;      // [T, d] block input (after the skip)
-    AlignedVector<Real> x_mix;     // [T, d] λ0·x_in + λ1·x0 (x_in without x0_mixing)
-    AlignedVector<Real> norm1;     // [T, d] rmsnorm(x_mix)
-    AlignedVector<Real> rstd1;     // [T]
-    AlignedVector<Real> qkv_raw;   // [T, (H + 2·H_kv)·D] qkv_w · norm1: q, k, v
-    AlignedVector<Real> rstd_qk;   // [T, H + H_kv] per-head norms of q and k
-    AlignedVector<Real> qkv;       // [T, (H + 2·H_kv)·D] attention inputs: rope'd q, k; mixed v
-    AlignedVector<Real> attn_out;  // [T, H·D]
-    AlignedVector<Real> lse;       // [H, T]
-    AlignedVector<Real> x_attn;    // [T, d] after the attention residual
-    AlignedVector<Real> norm2;     // [T, d]
-    AlignedVector<Real> rstd2;     // [T]
-    AlignedVector<Real> h;         // [T, 4d] relu²(c_fc · norm2)
-    AlignedVector<Real> x_out;     // [T, d] block output
+    AlignedVector<Real> x_in;       // [T, d] block input (after the skip)
+    AlignedVector<Real> x_mix;      // [T, d] λ0·x_in + λ1·x0 (x_in without x0_mixing)
+    AlignedVector<Real> norm1;      // [T, d] rmsnorm(x_mix)
+    AlignedVector<Real> rstd1;      // [T]
+    AlignedVector<Real> qkv_raw;    // [T, (H + 2·H_kv)·D] qkv_w · norm1: q, k, v
+    AlignedVector<Real> rstd_qk;    // [T, H + H_kv] per-head norms of q and k
+    AlignedVector<Real> qkv;        // [T, (H + 2·H_kv)·D] attention inputs: rope'd q, k; mixed v
+    AlignedVector<Real> attn_out;   // [T, H·D]
+    AlignedVector<Real> lse;        // [H, T]
+    AlignedVector<Real> x_attn;     // [T, d] after the attention residual
+    AlignedVector<Real> norm2;      // [T, d]
+    AlignedVector<Real> rstd2;      // [T]
+    AlignedVector<Real> h;          // [T, 4d] relu²(c_fc · norm2), or in h_rounded:
+    AlignedVector<bf16> h_rounded;  // with bf16 products on float (read only by products)
+    AlignedVector<Real> x_out;      // [T, d] block output
     // A mixture-of-experts MLP instead of h (rows = T·k, in expert order):
     AlignedVector<Real> router_probs;  // [T, E]
     std::vector<int32_t> expert_ids;   // [T·k] each token's experts
@@ -276,7 +277,10 @@ class GptT {
   AlignedVector<bf16> dh_rounded_;
   AlignedVector<Real> dye_, dhe_, dxe_, dgates_, dlogits_;  // MoE blocks'
   std::vector<AlignedVector<Real>> dskip_;
-  bool hidden_gradient_rounded() const;
+  // Whether activations and gradients that only products read are stored rounded to bf16
+  // (ProductRows): with bf16 products on float.
+  bool product_rows_rounded() const;
+  ProductRows<Real> hidden(LayerActivations& A) const;  // the MLP's h
   ProductRows<Real> hidden_gradient();
   // Held by pointer so the model stays movable (a Workspace is not).
   std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>("model");

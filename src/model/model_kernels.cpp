@@ -39,8 +39,16 @@ GemmEpilogue gemm_epilogue(const ReluSquaredEpilogue<float>& e) {
   GemmEpilogue ep;
   ep.relu_squared = e.relu_squared;
   ep.relu_squared_output = e.relu_squared_output;
+  ep.relu_squared_output_bf16 = e.relu_squared_output_rounded;
   ep.ld_relu_squared_output = e.ld;
   return ep;
+}
+
+// Bytes per element of C that the relu² gradient reads (its H), for the profiler's traffic.
+double relu_squared_output_bytes(const ReluSquaredEpilogue<float>& e) {
+  return e.relu_squared_output != nullptr           ? 4.0
+         : e.relu_squared_output_rounded != nullptr ? 2.0
+                                                    : 0.0;
 }
 
 FusedLossParams loss_params(const LossArgs<float>& a) {
@@ -79,9 +87,9 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
                 float beta, float* C, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue) {
   const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
   // The relu² gradient reads one more M×N tensor.
-  const double extra = epilogue.relu_squared_output != nullptr ? 1.0 : 0.0;
   ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
-                     4.0 * (m * k + k * n + (beta == 0.0f ? 1.0 : 2.0) * m * n + extra * m * n));
+                     4.0 * (m * k + k * n + (beta == 0.0f ? 1.0 : 2.0) * m * n) +
+                         relu_squared_output_bytes(epilogue) * m * n);
   GemmEpilogue ep = gemm_epilogue(epilogue);
   if (precision == Precision::kBf16) {
     gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &ep);
@@ -113,13 +121,22 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 }
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const float* A, int64_t lda, const bf16* B, int64_t ldb,
+                float beta, float* C, int64_t ldc) {
+  require_bf16_products(precision, name);
+  const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
+  ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
+                     4.0 * m * k + 2.0 * k * n + 4.0 * (beta == 0.0f ? 1.0 : 2.0) * m * n);
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                 bf16* C_bf16, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue) {
   require_bf16_products(precision, name);
   const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
-  const double extra = epilogue.relu_squared_output != nullptr ? 4.0 : 0.0;
   ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
-                     4.0 * (m * k + k * n) + (2.0 + extra) * m * n);
+                     4.0 * (m * k + k * n) + (2.0 + relu_squared_output_bytes(epilogue)) * m * n);
   GemmEpilogue ep = gemm_epilogue(epilogue);
   ep.c_bf16 = C_bf16;
   ep.ld_c_bf16 = ldc;
@@ -139,15 +156,41 @@ void model_gemm_packed(const char* name, int64_t M, const float* A, const Packed
   matmul(Trans::kNo, M, 1.0f, A, B.K, B, beta, C, B.N, &ep);
 }
 
+void model_gemm_packed(const char* name, int64_t M, const bf16* A, const PackedB& B, float beta,
+                       float* C, const ReluSquaredEpilogue<float>& epilogue) {
+  const double m = static_cast<double>(M), n = static_cast<double>(B.N),
+               k = static_cast<double>(B.K);
+  ProfileScope scope("gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
+                     2.0 * m * k + 4.0 * (beta == 0.0f ? 1.0 : 2.0) * m * n +
+                         relu_squared_output_bytes(epilogue) * m * n +
+                         static_cast<double>(B.data.size()));
+  GemmEpilogue ep = gemm_epilogue(epilogue);
+  matmul(Trans::kNo, M, 1.0f, A, B.K, B, beta, C, B.N, &ep);
+}
+
+void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, bf16* C_bf16,
+                       const ReluSquaredEpilogue<float>& epilogue) {
+  const double m = static_cast<double>(M), n = static_cast<double>(B.N),
+               k = static_cast<double>(B.K);
+  ProfileScope scope("gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
+                     4.0 * m * k + (2.0 + relu_squared_output_bytes(epilogue)) * m * n +
+                         static_cast<double>(B.data.size()));
+  GemmEpilogue ep = gemm_epilogue(epilogue);
+  ep.c_bf16 = C_bf16;
+  ep.ld_c_bf16 = B.N;
+  ep.c_bf16_only = true;
+  matmul(Trans::kNo, M, 1.0f, A, B.K, B, 0.0f, nullptr, B.N, &ep);
+}
+
 void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,
                              Trans trans_b, int64_t N, int64_t K, const float* A, int64_t lda,
                              const float* B, int64_t ldb, int64_t stride_b, float* C, int64_t ldc,
                              const ReluSquaredEpilogue<float>& epilogue) {
   const double m = static_cast<double>(plan.rows()), n = static_cast<double>(N),
                k = static_cast<double>(K), e = static_cast<double>(plan.experts);
-  const double extra = epilogue.relu_squared_output != nullptr ? 1.0 : 0.0;
-  ProfileScope scope("grouped_gemm", name, {plan.rows(), N, K, plan.experts}, 2.0 * m * n * k,
-                     4.0 * (m * k + e * k * n + (1.0 + extra) * m * n));
+  ProfileScope scope(
+      "grouped_gemm", name, {plan.rows(), N, K, plan.experts}, 2.0 * m * n * k,
+      4.0 * (m * k + e * k * n + m * n) + relu_squared_output_bytes(epilogue) * m * n);
   GemmEpilogue ep = gemm_epilogue(epilogue);
   grouped_gemm_rows(precision, plan.offsets, trans_b, N, K, 1.0f, A, lda, B, ldb, stride_b, 0.0f, C,
                     ldc, &ep);

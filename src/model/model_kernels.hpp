@@ -47,10 +47,13 @@ struct LossArgs {
 // relu_squared, the product C becomes relu²(C) in place (c_fc's forward: the pre-activation is
 // never stored); with relu_squared_output H, C (the gradient of H = relu²(X)) becomes the
 // gradient of X, 2·√H·C where H > 0, else 0 (c_proj's input gradient).
+// With bf16 products on float, H may be stored rounded (relu_squared_output_rounded) instead:
+// at most one of the two is set.
 template <class Real>
 struct ReluSquaredEpilogue {
   bool relu_squared = false;
   const Real* relu_squared_output = nullptr;
+  const bf16* relu_squared_output_rounded = nullptr;
   int64_t ld = 0;
 };
 
@@ -73,6 +76,10 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const bf16* A, int64_t lda, const float* B, int64_t ldb,
                 float beta, float* C, int64_t ldc);
+// B given already rounded to bf16 (the bits of the product on the fp32 B it was rounded from).
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const float* A, int64_t lda, const bf16* B, int64_t ldb,
+                float beta, float* C, int64_t ldc);
 // The same finished product (alpha·op(A)·op(B), then the epilogue) stored only rounded to bf16,
 // C_bf16 (GemmEpilogue::c_bf16_only): for a result that bf16 products alone read.
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
@@ -83,6 +90,12 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 // (lda = B.K), C's ldc = B.N; the bits of model_gemm on the unpacked B.
 void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, float beta,
                        float* C, const ReluSquaredEpilogue<float>& epilogue);
+// The same with A already rounded to bf16 (B packed for bf16 products).
+void model_gemm_packed(const char* name, int64_t M, const bf16* A, const PackedB& B, float beta,
+                       float* C, const ReluSquaredEpilogue<float>& epilogue);
+// The same finished product stored only rounded to bf16, into C_bf16 (ldc = B.N).
+void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, bf16* C_bf16,
+                       const ReluSquaredEpilogue<float>& epilogue);
 
 // A mixture of experts' products over the expert groups of `plan` (kernels/grouped_gemm.hpp),
 // B the stack of the experts' matrices (the g-th at B + g·stride_b):

@@ -1,6 +1,6 @@
 // fp32 → bf16 rounding on 16 lanes of AVX-512 in integer arithmetic: the vector form of the
 // rounding defined in kernels/bf16.hpp (the same three steps and constants as to_bf16_bits),
-// for CPUs without VCVTNE2PS2BF16, which gives the same bits.
+// for CPUs without VCVTNE2PS2BF16, which gives the same bits; and the widening back.
 #pragma once
 
 #include "kernels/bf16.hpp"
@@ -25,6 +25,12 @@ NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE __m512i bf16_round_hi(__m512i u) {
   const __mmask16 nan =
       _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, bf16_lanes(kMagnitude)), bf16_lanes(kExponent));
   return _mm512_mask_or_epi32(rounded, nan, u, bf16_lanes(kQuiet));  // 3
+}
+
+// 16 bf16 values widened to exact fp32 lanes (each value the high half of its lane); lanes
+// outside m are +0 and their memory is not read.
+NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE __m512i bf16_load_hi(const bf16* p, __mmask16 m) {
+  return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16);
 }
 
 }  // namespace nanogpt

@@ -108,7 +108,13 @@ void check_dimensions(int64_t M, int64_t N, int64_t K) {
 // An epilogue that keeps only the bf16 copy (GemmEpilogue::c_bf16_only) has nothing to scale
 // and no C to write: say so rather than read or write through a null C.
 void check_epilogue(float beta, const float* C, const GemmEpilogue* epilogue) {
-  if (epilogue == nullptr || !epilogue->c_bf16_only) return;
+  if (epilogue == nullptr) return;
+  if (epilogue->relu_squared_output != nullptr && epilogue->relu_squared_output_bf16 != nullptr) {
+    throw std::invalid_argument(
+        "gemm: an epilogue reads the relu² output in fp32 or in bf16, not both: set "
+        "relu_squared_output or relu_squared_output_bf16");
+  }
+  if (!epilogue->c_bf16_only) return;
   if (epilogue->c_bf16 == nullptr || C != nullptr || beta != 0.0f) {
     throw std::invalid_argument(
         "gemm: an epilogue with c_bf16_only writes c_bf16 alone: give it c_bf16, a null C and "
@@ -216,8 +222,12 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
 
   // A C larger than this (beyond the caches) and only written is stored non-temporally.
   constexpr int64_t kStreamBytes = int64_t{8} << 20;
+  // The bf16 copy, when there is one, streams too: its rows must start on 64 bytes as well.
+  const bool copy_aligned =
+      epilogue == nullptr || epilogue->c_bf16 == nullptr ||
+      (epilogue->ld_c_bf16 % 32 == 0 && reinterpret_cast<uintptr_t>(epilogue->c_bf16) % 64 == 0);
   const bool stream_c = kernel.stream != nullptr && beta == 0.0f && M * N * 4 >= kStreamBytes &&
-                        ldc % 16 == 0 && reinterpret_cast<uintptr_t>(C) % 64 == 0;
+                        ldc % 16 == 0 && reinterpret_cast<uintptr_t>(C) % 64 == 0 && copy_aligned;
   // Without an epilogue (and not streamed) a tile's last K block finishes from the registers.
   const bool finish_in_kernel = kernel.fn_finishing != nullptr && epilogue == nullptr && !stream_c;
   // Where finishing would copy the sum unchanged, a kernel that can stores a whole tile's sum

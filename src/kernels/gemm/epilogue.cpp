@@ -13,6 +13,11 @@ namespace nanogpt {
 
 namespace {
 
+// relu²'s backward from its output h: 2·√h·g where h > 0, else 0 (NaN h too).
+__attribute__((always_inline)) inline float relu_squared_grad(float h, float g) {
+  return h > 0.0f ? (2.0f * std::sqrt(h)) * g : 0.0f;
+}
+
 // One row of a finished tile, in place in o: alpha·acc (+ beta·o), then the epilogue.
 __attribute__((always_inline)) inline void finish_row(const float* a, int64_t cols, float alpha,
                                                       float beta, float* o, const GemmEpilogue* ep,
@@ -29,9 +34,11 @@ __attribute__((always_inline)) inline void finish_row(const float* a, int64_t co
   }
   if (ep->relu_squared_output != nullptr) {
     const float* h = ep->relu_squared_output + row * ep->ld_relu_squared_output + col;
-    for (int64_t j = 0; j < cols; ++j) {
-      o[j] = h[j] > 0.0f ? (2.0f * std::sqrt(h[j])) * o[j] : 0.0f;
-    }
+    for (int64_t j = 0; j < cols; ++j) o[j] = relu_squared_grad(h[j], o[j]);
+  }
+  if (ep->relu_squared_output_bf16 != nullptr) {
+    const bf16* h = ep->relu_squared_output_bf16 + row * ep->ld_relu_squared_output + col;
+    for (int64_t j = 0; j < cols; ++j) o[j] = relu_squared_grad(to_float(h[j]), o[j]);
   }
   if (ep->relu_squared) {
     for (int64_t j = 0; j < cols; ++j) {
@@ -96,6 +103,7 @@ NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE void finish_avx512(
   const float* add_base = ep != nullptr ? ep->addend : nullptr;
   const __m512 add_scale = _mm512_set1_ps(ep != nullptr ? ep->addend_scale : 0.0f);
   const float* rh_base = ep != nullptr ? ep->relu_squared_output : nullptr;
+  const bf16* rh16_base = ep != nullptr ? ep->relu_squared_output_bf16 : nullptr;
   const bool relu_squared = ep != nullptr && ep->relu_squared;
   bf16* cb_base = ep != nullptr ? ep->c_bf16 : nullptr;
   const bool store_c = ep == nullptr || !ep->c_bf16_only;  // else C is null and beta 0
@@ -103,8 +111,9 @@ NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE void finish_avx512(
     const float* a = acc + r * ld_acc;
     float* o = store_c ? c + r * ldc : nullptr;
     const float* add = add_base != nullptr ? add_base + (row + r) * ep->ld_addend + col : nullptr;
-    const float* rh =
-        rh_base != nullptr ? rh_base + (row + r) * ep->ld_relu_squared_output + col : nullptr;
+    const int64_t rh_at = (row + r) * (ep != nullptr ? ep->ld_relu_squared_output : 0) + col;
+    const float* rh = rh_base != nullptr ? rh_base + rh_at : nullptr;
+    const bf16* rh16 = rh16_base != nullptr ? rh16_base + rh_at : nullptr;
     bf16* cb = cb_base != nullptr ? cb_base + (row + r) * ep->ld_c_bf16 + col : nullptr;
     // The driver finishes the tiles of a column of C top to bottom: fetch the rows of the
     // relu² output the tile below reads (a tile's rows are too short, and too far apart, for
@@ -114,13 +123,19 @@ NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE void finish_avx512(
       for (int64_t j = 0; j < cols; j += 16)
         _mm_prefetch(reinterpret_cast<const char*>(below + j), _MM_HINT_T0);
     }
+    if (rh16 != nullptr) {
+      const bf16* below = rh16 + rows * ep->ld_relu_squared_output;
+      for (int64_t j = 0; j < cols; j += 32)
+        _mm_prefetch(reinterpret_cast<const char*>(below + j), _MM_HINT_T0);
+    }
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 m = cols - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - j)) - 1);
       __m512 v = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, a + j));
       if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, o + j), v);
       if (add != nullptr) v = _mm512_fmadd_ps(add_scale, _mm512_maskz_loadu_ps(m, add + j), v);
-      if (rh != nullptr) {
-        const __m512 h = _mm512_maskz_loadu_ps(m, rh + j);
+      if (rh != nullptr || rh16 != nullptr) {
+        const __m512 h = rh != nullptr ? _mm512_maskz_loadu_ps(m, rh + j)
+                                       : _mm512_castsi512_ps(bf16_load_hi(rh16 + j, m));
         // Ordered compare: false for NaN, so those lanes become 0 as in the portable loop.
         const __mmask16 pos = _mm512_cmp_ps_mask(h, zero, _CMP_GT_OQ);
         v = _mm512_maskz_mul_ps(pos, _mm512_mul_ps(two, _mm512_sqrt_ps(h)), v);
@@ -138,7 +153,11 @@ NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE void finish_avx512(
       }
       if (cb != nullptr) {
         const __m512i h = _mm512_srli_epi32(bf16_round_hi(_mm512_castps_si512(v)), 16);
-        _mm256_mask_storeu_epi16(cb + j, m, _mm512_cvtepi32_epi16(h));
+        if (kStream && m == 0xFFFF) {
+          _mm256_stream_si256(reinterpret_cast<__m256i*>(cb + j), _mm512_cvtepi32_epi16(h));
+        } else {
+          _mm256_mask_storeu_epi16(cb + j, m, _mm512_cvtepi32_epi16(h));
+        }
       }
     }
   }

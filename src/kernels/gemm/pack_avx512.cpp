@@ -20,11 +20,6 @@ namespace {
 #define NANOGPT_AVX512BW NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE
 #define NANOGPT_AVX512BF16 NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE
 
-// 16 bf16 values as the high halves of 32-bit lanes (an exact fp32); lanes outside m are zero.
-NANOGPT_AVX512BW __m512i load_hi(const bf16* p, __mmask16 m) {
-  return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16);
-}
-
 // 16 masked lanes (zero elsewhere) of two rows, as 16 pairs (lo[e], hi[e]) of bf16.
 NANOGPT_AVX512BF16 __m512i load_pair_rows(const float* lo, const float* hi, __mmask16 m_lo,
                                           __mmask16 m_hi) {
@@ -40,7 +35,7 @@ NANOGPT_AVX512BF16 __m512i load_pair_rows(const float* lo, const float* hi, __mm
 NANOGPT_AVX512BF16 __m512i load_pair_rows(const bf16* lo, const bf16* hi, __mmask16 m_lo,
                                           __mmask16 m_hi) {
   const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m_lo, lo));
-  return _mm512_or_si512(l, load_hi(hi, m_hi));
+  return _mm512_or_si512(l, bf16_load_hi(hi, m_hi));
 }
 
 // 32 consecutive values (n of them valid) as 16 pairs, in order.
@@ -168,7 +163,7 @@ NANOGPT_AVX512BW __m512 load_f32(const float* p, __mmask16 m) {
 }
 template <PackSource>
 NANOGPT_AVX512BW __m512 load_f32(const bf16* p, __mmask16 m) {
-  return _mm512_castsi512_ps(load_hi(p, m));
+  return _mm512_castsi512_ps(bf16_load_hi(p, m));
 }
 
 NANOGPT_AVX512BW __mmask16 first_lanes(int64_t n) {
