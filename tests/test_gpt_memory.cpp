@@ -90,7 +90,8 @@ TEST(GptMemory, KernelScratchLivesInTheModelsWorkspace) {
 // The README's count (docs/ARCHITECTURE.md, "Memory"): per token, each layer keeps 9·d + 1
 // floats for the residual stream and the MLP, and an attention layer d + 7·H·D + 3·H + 1 more;
 // the model keeps (9 + L/2)·d + 6·H·D + 2 floats of its own (x0, the final norm, the backward's
-// buffers, the U-net's skip gradients) and 16 bytes of token, document and position.
+// buffers, the U-net's skip gradients) and 16 bytes of token, document and position. With bf16
+// products, h and dh are stored in bf16: 8·d·(L + 1) bytes fewer.
 TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   Config c = micro_config();  // layer 3 without attention
   set_config_value(c, "precision=fp32");
@@ -107,6 +108,14 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   const Batch b = batch_of(static_cast<size_t>(T), 9);
   model.forward_backward(b.inputs, b.targets, 1, 1.0f / T, 128);
   EXPECT_EQ(model.activation_bytes(), static_cast<size_t>(T * (4 * floats + 16)));
+
+  // With bf16 products, h (every layer) and dh (once) are stored rounded: 2 bytes a value.
+  set_config_value(c, "precision=bf16");
+  Gpt rounded(c);
+  rounded.init_parameters(3);
+  rounded.forward_backward(b.inputs, b.targets, 1, 1.0f / T, 128);
+  EXPECT_EQ(rounded.activation_bytes(),
+            static_cast<size_t>(T * (4 * floats + 16 - 2 * 4 * d * (L + 1))));
 }
 
 // A cached forward (decoding, scoring) keeps one block's activations, whichever layer runs, plus
