@@ -108,26 +108,33 @@ void require_bf16_products(Precision precision, const char* name) {
   }
 }
 
+// A bf16 product with one operand or both given as bf16 (TA, TB: float or bf16, the bytes
+// per value the profiler counts for each).
+template <class TA, class TB>
+void mixed_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const TA* A, int64_t lda, const TB* B, int64_t ldb,
+                float beta, float* C, int64_t ldc) {
+  require_bf16_products(precision, name);
+  const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
+  ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
+                     static_cast<double>(sizeof(TA)) * m * k +
+                         static_cast<double>(sizeof(TB)) * k * n +
+                         4.0 * (beta == 0.0f ? 1.0 : 2.0) * m * n);
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 }  // namespace
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const bf16* A, int64_t lda, const float* B, int64_t ldb,
                 float beta, float* C, int64_t ldc) {
-  require_bf16_products(precision, name);
-  const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
-  ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
-                     2.0 * m * k + 4.0 * (k * n + (beta == 0.0f ? 1.0 : 2.0) * m * n));
-  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  mixed_gemm(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const bf16* B, int64_t ldb,
                 float beta, float* C, int64_t ldc) {
-  require_bf16_products(precision, name);
-  const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
-  ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
-                     4.0 * m * k + 2.0 * k * n + 4.0 * (beta == 0.0f ? 1.0 : 2.0) * m * n);
-  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  mixed_gemm(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
