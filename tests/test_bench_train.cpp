@@ -131,14 +131,16 @@ TEST(BenchTrain, ReportsWhereTheMemoryGoes) {
   EXPECT_EQ(m["weight_bytes"].get<size_t>(), parameter_bytes);
   EXPECT_EQ(m["gradient_bytes"].get<size_t>(), parameter_bytes);
   size_t sum = 0;
-  for (const char* key : {"weight_bytes", "gradient_bytes", "optimizer_state_bytes",
-                          "newton_schulz_bytes", "activation_bytes", "model_workspace_peak_bytes",
-                          "optimizer_workspace_peak_bytes", "process_workspace_peak_bytes"}) {
+  for (const char* key :
+       {"weight_bytes", "gradient_bytes", "optimizer_state_bytes", "newton_schulz_bytes",
+        "activation_bytes", "packed_weight_bytes", "model_workspace_peak_bytes",
+        "optimizer_workspace_peak_bytes", "process_workspace_peak_bytes"}) {
     ASSERT_TRUE(m.contains(key)) << key << " missing from " << m.dump();
     sum += m[key].get<size_t>();
   }
-  for (const char* key : {"optimizer_state_bytes", "newton_schulz_bytes", "activation_bytes",
-                          "model_workspace_peak_bytes", "optimizer_workspace_peak_bytes"}) {
+  for (const char* key :
+       {"optimizer_state_bytes", "newton_schulz_bytes", "activation_bytes", "packed_weight_bytes",
+        "model_workspace_peak_bytes", "optimizer_workspace_peak_bytes"}) {
     EXPECT_GT(m[key].get<size_t>(), 0u) << key;
   }
   EXPECT_EQ(m["counted_bytes"].get<size_t>(), sum);

@@ -240,14 +240,26 @@ void check_against_reference(const Problem& pr, const FusedLossParams& p, const 
   seen.dW = std::max(seen.dW, dW_err);
 }
 
-// The default (one block for every T here), a block that divides none of the T here (several
-// blocks and a ragged last one), and a block smaller than a GEMM register block.
-constexpr int64_t kRowBlockChoices[] = {0, 64, 5};
+// Gradient blocks: the default (one block for every T here), a block that divides none of the
+// T here (several blocks and a ragged last one), and a block smaller than a GEMM register block.
+// Logits blocks: the default (the whole gradient block for every V here), and several per
+// gradient block, with a ragged last one, in one block and in several.
+struct BlockChoice {
+  int64_t row_block, logit_rows;
+};
+constexpr BlockChoice kBlockChoices[] = {{0, 0}, {64, 0}, {5, 0}, {0, 13}, {64, 24}};
+
+void set_blocks(FusedLossParams& p, const BlockChoice& b) {
+  p.row_block = b.row_block;
+  p.logit_rows = b.logit_rows;
+}
 
 std::string describe(const FusedLossParams& p) {
   return "T=" + std::to_string(p.T) + " d=" + std::to_string(p.d) + " V=" + std::to_string(p.V) +
          " row_block=" + std::to_string(p.row_block) + " (" +
          std::to_string(fused_linear_cross_entropy_row_block(p)) +
+         ") logit_rows=" + std::to_string(p.logit_rows) + " (" +
+         std::to_string(fused_linear_cross_entropy_logit_rows(p)) +
          ") loss_scale=" + std::to_string(p.loss_scale) + (p.fp8 ? " fp8" : "") +
          (p.precision == Precision::kBf16 ? " bf16" : "");
 }
@@ -306,8 +318,8 @@ TEST(FusedLinearCrossEntropy, MatchesReferenceOnAwkwardShapes) {
         const float loss_scales[] = {1.0f, 1.0f / static_cast<float>(T), 0.37f};
         p.loss_scale = loss_scales[seed % 3];
         const Reference ref = reference_for(pr, p);
-        for (int64_t row_block : kRowBlockChoices) {
-          p.row_block = row_block;
+        for (const BlockChoice& blocks : kBlockChoices) {
+          set_blocks(p, blocks);
           check_against_reference(pr, p, ref, 5e-6, 5e-6, seen, describe(p));
         }
       }
@@ -338,8 +350,8 @@ TEST(FusedLinearCrossEntropy, WeightedTemperedLossMatchesReference) {
         p.temperature = temperature;
         p.loss_scale = 0.37f;
         const Reference ref = reference_for(pr, p);
-        for (int64_t row_block : kRowBlockChoices) {
-          p.row_block = row_block;
+        for (const BlockChoice& blocks : kBlockChoices) {
+          set_blocks(p, blocks);
           check_against_reference(pr, p, ref, 5e-6, 5e-6, seen,
                                   describe(p) + " temperature=" + std::to_string(temperature) +
                                       " softcap=" + std::to_string(softcap));
@@ -428,8 +440,8 @@ TEST(FusedLinearCrossEntropy, Fp8MatchesExplicitRounding) {
         p.loss_scale = 1.0f / static_cast<float>(T);
         p.fp8 = true;
         const Reference ref = reference_for(pr, p);
-        for (int64_t row_block : kRowBlockChoices) {
-          p.row_block = row_block;
+        for (const BlockChoice& blocks : kBlockChoices) {
+          set_blocks(p, blocks);
           check_against_reference(pr, p, ref, 5e-6, 5e-4, seen, describe(p));
         }
         // The rounding really happens: the exact head's gradient is measurably different.
@@ -455,8 +467,8 @@ TEST(FusedLinearCrossEntropy, WithoutSoftcapIsPlainCrossEntropy) {
   p.softcap = 0.0f;
   p.loss_scale = 0.5f;
   const Reference ref = reference_for(pr, p);
-  for (int64_t row_block : kRowBlockChoices) {
-    p.row_block = row_block;
+  for (const BlockChoice& blocks : kBlockChoices) {
+    set_blocks(p, blocks);
     check_against_reference(pr, p, ref, 5e-6, 5e-6, seen, describe(p));
   }
   seen.print("no soft-cap vs double reference");
@@ -478,8 +490,8 @@ TEST(FusedLinearCrossEntropy, Bf16MatchesRoundedInputs) {
       p.precision = Precision::kBf16;
       p.loss_scale = seed % 2 == 0 ? 0.37f : 1.0f / static_cast<float>(T);
       const Reference ref = reference_for(pr, p);
-      for (int64_t row_block : kRowBlockChoices) {
-        p.row_block = row_block;
+      for (const BlockChoice& blocks : kBlockChoices) {
+        set_blocks(p, blocks);
         check_against_reference(pr, p, ref, 5e-6, 5e-3, seen, describe(p));
       }
     }
@@ -492,12 +504,12 @@ TEST(FusedLinearCrossEntropy, BitwiseIdenticalAcrossThreadCounts) {
   ThreadPool one(1), two(2), three(3);
   enum Mode { kFp32, kFp8, kBf16 };
   for (Mode mode : {kFp32, kFp8, kBf16}) {
-    for (int64_t row_block : kRowBlockChoices) {
+    for (const BlockChoice& blocks : kBlockChoices) {
       FusedLossParams p = pr.params();
       p.fp8 = mode == kFp8;
       p.precision = mode == kBf16 ? Precision::kBf16 : Precision::kFp32;
       p.loss_scale = 1.0f / 300;
-      p.row_block = row_block;
+      set_blocks(p, blocks);
       std::vector<Outputs> runs;
       for (ThreadPool* pool : {&one, &two, &three}) {
         ThreadPool::Use use(*pool);
@@ -661,7 +673,7 @@ TEST(FusedLinearCrossEntropy, RowBlockKeepsTheWorkspaceBounded) {
     p.row_block = forced;
     return fused_linear_cross_entropy_row_block(p);
   };
-  // Rows of V = 8192 are padded to 8208 floats, so 4088 of them fill the 128 MiB.
+  // fp32 gradients: rows of V = 8192 are padded to 8208 floats, so 4088 of them fill 128 MiB.
   EXPECT_EQ(rows(512, 8192), 512);  // one block, 16 MiB
   EXPECT_EQ(rows(4088, 8192), 4088);
   EXPECT_EQ(rows(4089, 8192), 2045);  // two equal blocks, not 4088 + 1
@@ -679,33 +691,41 @@ TEST(FusedLinearCrossEntropy, RowBlockKeepsTheWorkspaceBounded) {
   EXPECT_EQ(rows(300, 1000, 64), 64);       // forced
   EXPECT_EQ(rows(30, 1000, 64), 30);        // forced, but at most T
   EXPECT_EQ(rows(0, 1000), 0);
+  // bf16 gradients take half the bytes: 8176 rows of V = 8192, 1333 of V = 50304.
+  p.precision = Precision::kBf16;
+  EXPECT_EQ(rows(8176, 8192), 8176);
+  EXPECT_EQ(rows(8192, 8192), 4096);
+  EXPECT_EQ(rows(8192, 50304), 1171);  // ⌈8192 / 1333⌉ = 7 blocks
   for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
     p.precision = precision;
-    const int64_t value_bytes = precision == Precision::kBf16 ? 6 : 4;
+    const int64_t value_bytes = precision == Precision::kBf16 ? 2 : 4;
     for (int64_t T : {1, 100, 513, 4096, 16384, 100000}) {
       for (int64_t V : {13, 1000, 8192, 50304, 200000}) {
         p.T = T;
         p.V = V;
         p.row_block = 0;
+        p.logit_rows = 0;
         p.fp8 = false;
         const std::string label = "T=" + std::to_string(T) + " V=" + std::to_string(V) + " " +
                                   (precision == Precision::kBf16 ? "bf16" : "fp32");
         const int64_t r = fused_linear_cross_entropy_row_block(p);
-        // The workspace: r rows of ld values, ld >= V a whole and odd number of 64-byte lines,
-        // within the bound; the rows' losses besides.
+        const int64_t lr = fused_linear_cross_entropy_logit_rows(p);
+        // The workspace: lr rows of ld fp32 logits and r rows of ld gradients, ld >= V a whole
+        // and odd number of 64-byte lines; the rows' losses and two kept rows per thread
+        // besides.
         const auto bytes = static_cast<int64_t>(fused_linear_cross_entropy_workspace_bytes(p));
-        const int64_t logits = bytes - r * 8;
-        ASSERT_EQ(logits % (r * value_bytes), 0) << label;
-        const int64_t ld = logits / (r * value_bytes);
+        const int64_t rows_bytes = bytes - r * 8 - ThreadPool::current().size() * 2 * V * 4;
+        ASSERT_EQ(rows_bytes % (lr * 4 + r * value_bytes), 0) << label;
+        const int64_t ld = rows_bytes / (lr * 4 + r * value_bytes);
         EXPECT_GE(ld, V) << label;
         EXPECT_LT(ld, V + 32) << label;
         EXPECT_EQ(ld % 32, 16) << label;
         // The bound: 128 MiB, or enough for kMinLossRowBlock rows, but never over 512 MiB.
         const int64_t bound = fused_linear_cross_entropy_workspace_bound(p);
-        EXPECT_EQ(bound, std::clamp(kMinLossRowBlock * ld * value_bytes, kMaxLogitsWorkspaceBytes,
+        EXPECT_EQ(bound, std::clamp(kMinLossRowBlock * ld * value_bytes, kMaxGradientBlockBytes,
                                     kMaxRaisedWorkspaceBytes))
             << label;
-        EXPECT_LE(logits, bound) << label;
+        EXPECT_LE(r * ld * value_bytes, bound) << label;
         // In the fewest blocks that fit, none of them empty.
         const int64_t max_rows = bound / (ld * value_bytes);
         const int64_t blocks = (T + r - 1) / r;
@@ -715,6 +735,11 @@ TEST(FusedLinearCrossEntropy, RowBlockKeepsTheWorkspaceBounded) {
           // No more blocks than blocks of kMinLossRowBlock rows would make.
           EXPECT_LE(blocks, (T + kMinLossRowBlock - 1) / kMinLossRowBlock) << label;
         }
+        // Logits blocks: within the gradient block, and as many rows as fit kLogitsBlockBytes,
+        // or the minimum for W's size, whichever is more.
+        const bool streamed = V * 256 * value_bytes > kCachedWeightBytes;
+        const int64_t least = streamed ? kMinStreamedWeightLogitRows : kMinLogitRows;
+        EXPECT_EQ(lr, std::min(r, std::max(least, kLogitsBlockBytes / (ld * 4)))) << label;
         p.fp8 = true;
         EXPECT_EQ(static_cast<int64_t>(fused_linear_cross_entropy_workspace_bytes(p)),
                   bytes + (V * 256 + r * 256) * 4)
@@ -722,43 +747,59 @@ TEST(FusedLinearCrossEntropy, RowBlockKeepsTheWorkspaceBounded) {
       }
     }
   }
+  p.precision = Precision::kFp32;
+  p.fp8 = false;
+  p.T = 700;
+  p.V = 1000;
+  p.row_block = 0;
+  p.logit_rows = 50;
+  EXPECT_EQ(fused_linear_cross_entropy_logit_rows(p), 50);  // forced
+  p.row_block = 40;
+  EXPECT_EQ(fused_linear_cross_entropy_logit_rows(p), 40);  // forced, but within the block
 }
 
-// A forward of a packed W takes blocks sized for the cache (kForwardLogitsBytes of logits, at
-// least kMinForwardRowBlock rows), the backward and an unpacked W the bounded default; the
-// per-row losses are the same bits whatever the block (the packed operand fixes the product's
-// blocking, and each row's loss is its own).
-TEST(FusedLinearCrossEntropy, AForwardOfPackedWeightsTakesCacheSizedBlocksWithTheSameBits) {
+// The logits are taken in blocks sized for the cache whether W comes packed or not, with the
+// same bits as in one block (the packed operand fixes the product's blocking, and each row's
+// loss is its own), forward and backward.
+TEST(FusedLinearCrossEntropy, LogitsBlocksSizedForTheCacheGiveTheBitsOfOneBlock) {
   for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(precision == Precision::kBf16 ? "bf16" : "fp32");
     const Problem pr = make_problem(700, 64, 8192, 20.0f, 31);
     FusedLossParams p = pr.params();
     p.precision = precision;
+    p.loss_scale = 1.0f / 700;
+    EXPECT_EQ(fused_linear_cross_entropy_row_block(p), 700) << "one gradient block";
+    // Rows of 8208 floats against 2 MiB: 63 rows (before rounding to whole tiles).
+    EXPECT_EQ(fused_linear_cross_entropy_logit_rows(p), 63);
+    const Outputs blocked = run_fused(pr, p, 1e-3, 7);
     PackedB packed;
     pack_matmul_b(precision, Trans::kYes, p.d, p.V, p.W, p.d, packed);
-    const int64_t default_rows = fused_linear_cross_entropy_row_block(p);
-    EXPECT_EQ(default_rows, 700) << "unpacked: one block";
-    EXPECT_EQ(fused_linear_cross_entropy_row_block(p, false), 700) << "unpacked forward too";
     p.W_packed = &packed;
-    EXPECT_EQ(fused_linear_cross_entropy_row_block(p), 700) << "packed, with gradients";
-    // Rows of 8208 floats (and 8208 bf16 gradients in bf16) against 4 MiB: 127 or 85 rows
-    // fit, so the 700 rows split into 6 blocks of 117 or 9 of 78.
-    const int64_t forward_rows = fused_linear_cross_entropy_row_block(p, false);
-    EXPECT_EQ(forward_rows, precision == Precision::kBf16 ? 78 : 117);
+    const Outputs given = run_fused(pr, p, 1e-3, 7);
+    p.logit_rows = 700;
+    const Outputs whole = run_fused(pr, p, 1e-3, 7);
+    for (const Outputs* o : {&given, &whole}) {
+      EXPECT_EQ(o->per_token, blocked.per_token);
+      EXPECT_EQ(o->forward_total, blocked.forward_total);
+      EXPECT_EQ(o->backward_total, blocked.forward_total);
+      EXPECT_EQ(o->dx, blocked.dx);
+      EXPECT_EQ(o->dW, blocked.dW);
+    }
+    for (float l : blocked.per_token) ASSERT_TRUE(std::isfinite(l) && l > 0.0f);
+    p.logit_rows = 0;
     p.T = 20;
-    EXPECT_EQ(fused_linear_cross_entropy_row_block(p, false), 20) << "never more than T";
+    EXPECT_EQ(fused_linear_cross_entropy_logit_rows(p), 20) << "never more than T";
     p.T = 700;
-    p.V = 1 << 20;  // rows of 4 MiB: the minimum holds
-    EXPECT_EQ(fused_linear_cross_entropy_row_block(p, false), kMinForwardRowBlock);
-    p.V = pr.V;
-
-    std::vector<float> blocked(700, kNan), whole(700, kNan);
-    const double blocked_total = fused_linear_cross_entropy_forward(p, blocked.data());
-    p.row_block = 700;
-    const double whole_total = fused_linear_cross_entropy_forward(p, whole.data());
-    EXPECT_EQ(blocked, whole);
-    EXPECT_EQ(blocked_total, whole_total);
-    for (float l : blocked) ASSERT_TRUE(std::isfinite(l) && l > 0.0f);
+    // Rows of 4 MiB, and a W of 128 or 256 MiB: the streamed minimum holds, within gradient
+    // blocks of 234 (bf16) or 117 (fp32) rows.
+    p.V = 1 << 20;
+    const int64_t block = fused_linear_cross_entropy_row_block(p);
+    EXPECT_EQ(block, precision == Precision::kBf16 ? 234 : 117);
+    EXPECT_EQ(fused_linear_cross_entropy_logit_rows(p),
+              std::min(block, kMinStreamedWeightLogitRows));
+    p.d = 8;  // a W of 16 or 32 MiB
+    EXPECT_EQ(fused_linear_cross_entropy_logit_rows(p),
+              precision == Precision::kBf16 ? kMinLogitRows : block);
   }
 }
 

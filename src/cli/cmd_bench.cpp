@@ -113,10 +113,11 @@ void random_batch(const Config& c, Rng& rng, std::vector<int32_t>& inputs,
 nlohmann::ordered_json memory_json(const Gpt& model, const GptOptimizer& optimizer) {
   const size_t weights = model.params().values().capacity() * sizeof(float);
   const size_t grads = model.grads().capacity() * sizeof(float);
-  const size_t counted =
-      weights + grads + optimizer.state_bytes() + optimizer.communication_bytes() +
-      optimizer.newton_schulz_bytes() + model.activation_bytes() + model.workspace().peak_bytes() +
-      optimizer.workspace().peak_bytes() + Workspace::process_default().peak_bytes();
+  const size_t counted = weights + grads + optimizer.state_bytes() +
+                         optimizer.communication_bytes() + optimizer.newton_schulz_bytes() +
+                         model.activation_bytes() + model.packed_weight_bytes() +
+                         model.workspace().peak_bytes() + optimizer.workspace().peak_bytes() +
+                         Workspace::process_default().peak_bytes();
   nlohmann::ordered_json m;
   m["weight_bytes"] = weights;
   m["gradient_bytes"] = grads;
@@ -124,6 +125,7 @@ nlohmann::ordered_json memory_json(const Gpt& model, const GptOptimizer& optimiz
   m["communication_bytes"] = optimizer.communication_bytes();
   m["newton_schulz_bytes"] = optimizer.newton_schulz_bytes();
   m["activation_bytes"] = model.activation_bytes();
+  m["packed_weight_bytes"] = model.packed_weight_bytes();  // the head, for the fused loss
   m["model_workspace_peak_bytes"] = model.workspace().peak_bytes();
   m["optimizer_workspace_peak_bytes"] = optimizer.workspace().peak_bytes();
   m["process_workspace_peak_bytes"] = Workspace::process_default().peak_bytes();

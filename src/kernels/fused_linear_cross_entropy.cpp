@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -43,6 +45,7 @@ constexpr int64_t kQuantizeTaskElements = int64_t{1} << 16;
 // Everything the kernels need, with the defaults filled in.
 struct Config {
   int64_t T, d, V, rows, ld;  // rows: the row block; ld: the workspace's row stride
+  int64_t logit_rows;         // rows of logits held at once (at most rows)
   bool capped;
   // With the cap, softcap here is the cap divided by the temperature: (cap/τ)·σ(z/divisor) is
   // y/τ, so every pass of the loss sees the tempered logits with no extra multiply.
@@ -70,7 +73,7 @@ std::string shape_string(const FusedLossParams& p) {
          ")";
 }
 
-Config resolve(const FusedLossParams& p, bool need_targets, bool gradients = true) {
+Config resolve(const FusedLossParams& p, bool need_targets) {
   const std::string where = "fused linear cross-entropy " + shape_string(p) + ": ";
   if (p.T < 0 || p.d <= 0 || p.V <= 0) {
     throw Error(where + "needs T >= 0, d > 0 and V > 0");
@@ -102,7 +105,9 @@ Config resolve(const FusedLossParams& p, bool need_targets, bool gradients = tru
       }
     }
   }
-  if (p.row_block < 0) throw Error(where + "row_block must be >= 0 (0 = default)");
+  if (p.row_block < 0 || p.logit_rows < 0) {
+    throw Error(where + "row_block and logit_rows must be >= 0 (0 = default)");
+  }
   if (p.W_packed != nullptr &&
       (p.W_packed->K != p.d || p.W_packed->N != p.V ||
        (p.W_packed->source == PackSource::kF32) != (p.precision == Precision::kFp32))) {
@@ -125,7 +130,8 @@ Config resolve(const FusedLossParams& p, bool need_targets, bool gradients = tru
   c.d = p.d;
   c.V = p.V;
   c.ld = workspace_ld(p.V);
-  c.rows = std::max<int64_t>(1, fused_linear_cross_entropy_row_block(p, gradients));
+  c.rows = std::max<int64_t>(1, fused_linear_cross_entropy_row_block(p));
+  c.logit_rows = std::max<int64_t>(1, fused_linear_cross_entropy_logit_rows(p));
   c.capped = p.softcap > 0.0f;
   // 1/τ as a float, then the cap times it: exactly the cap when τ = 1.
   c.inv_temperature = 1.0f / p.temperature;
@@ -221,32 +227,56 @@ __attribute__((always_inline)) inline float logit_of(float v, float softcap) {
   }
 }
 
-// Σ_j exp(y_j - m), in kLanes partial sums combined pairwise.
-template <bool kCapped>
+// What the sum pass keeps of a row for the gradient pass, so that pass computes no exponential
+// and no division: q_j = exp(y_j - m) and, with the cap, dy_j/dz_j = slope·(e_j·σ_j)·σ_j (slope
+// = softcap/divisor); without it the slope is 1/τ for every j. Each is the value the gradient
+// would compute from the row again, bit for bit. Two rows of V floats per thread.
+struct KeptRow {
+  float* q = nullptr;
+  float* dydz = nullptr;
+};
+
+// Σ_j exp(y_j - m), in kLanes partial sums combined pairwise; with kKeep, keeping the above.
+template <bool kCapped, bool kKeep>
 __attribute__((always_inline)) inline float sum_exp_loop(const float* v, int64_t n, float m,
-                                                         float softcap) {
+                                                         float softcap, float slope, KeptRow keep) {
   float lanes[kLanes] = {};
+  auto term = [&](int64_t j) {
+    const float e = v[j];
+    const float q = exp_approx(logit_of<kCapped>(e, softcap) - m);
+    if constexpr (kKeep) {
+      keep.q[j] = q;
+      if constexpr (kCapped) {
+        const float sigma = 1.0f / (1.0f + e);
+        keep.dydz[j] = slope * (e * sigma) * sigma;
+      }
+    }
+    return q;
+  };
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l)
-      lanes[l] += exp_approx(logit_of<kCapped>(v[j + l], softcap) - m);
+    for (int l = 0; l < kLanes; ++l) lanes[l] += term(j + l);
   }
-  for (int l = 0; j < n; ++j, ++l) lanes[l] += exp_approx(logit_of<kCapped>(v[j], softcap) - m);
+  for (int l = 0; j < n; ++j, ++l) lanes[l] += term(j);
   for (int width = kLanes / 2; width > 0; width /= 2) {
     for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
   }
   return lanes[0];
 }
 
-NANOGPT_ROW_KERNEL float sum_exp_row(const float* v, int64_t n, float m, bool capped,
-                                     float softcap) {
-  return capped ? sum_exp_loop<true>(v, n, m, softcap) : sum_exp_loop<false>(v, n, m, softcap);
+NANOGPT_ROW_KERNEL float sum_exp_row(const float* v, int64_t n, float m, bool capped, float softcap,
+                                     float slope, KeptRow keep) {
+  if (keep.q == nullptr) {
+    return capped ? sum_exp_loop<true, false>(v, n, m, softcap, slope, keep)
+                  : sum_exp_loop<false, false>(v, n, m, softcap, slope, keep);
+  }
+  return capped ? sum_exp_loop<true, true>(v, n, m, softcap, slope, keep)
+                : sum_exp_loop<false, true>(v, n, m, softcap, slope, keep);
 }
 
 struct GradRowArgs {
   bool capped;
-  float softcap, inv_divisor;
-  float m, inv_s;  // the row's max and 1 / Σ exp(y - m): p = exp(y - m)·inv_s
+  float inv_s;  // 1 / Σ exp(y - m): p = q·inv_s
   bool fp8;
   float grad_scale, inv_grad_scale;
   float uncapped_slope;  // dy/dz without the cap: 1/τ
@@ -254,24 +284,16 @@ struct GradRowArgs {
 };
 
 // g_j = dloss/dz_j = (p_j - [j == target])·dy_j/dz_j for the row's own loss, rounded to E5M2
-// (after dividing by grad_scale) in FP8 mode, from a row as row_loss left it (e with the cap,
-// z without), into g as fp32 or rounded to bf16 (what the bf16 products would round it to as
-// they pack it: storing it so halves what they read). For fp32, `v` and `g` may be the same
-// array.
+// (after dividing by grad_scale) in FP8 mode, from what the sum pass kept of the row, into g
+// as fp32 or rounded to bf16 (what the bf16 products would round it to as they pack it:
+// storing it so halves what they read).
 // The flags are template parameters so that each variant is one straight loop to vectorize.
 template <bool kCapped, bool kFp8>
-__attribute__((always_inline)) inline void grad_row_loop(const float* v, float* g, int64_t n,
+__attribute__((always_inline)) inline void grad_row_loop(KeptRow kept, float* g, int64_t n,
                                                          int64_t target, const GradRowArgs a) {
-  const float slope = a.softcap * a.inv_divisor;
   for (int64_t j = 0; j < n; ++j) {
-    const float y = logit_of<kCapped>(v[j], a.softcap);
-    float dydz = a.uncapped_slope;
-    if constexpr (kCapped) {
-      const float e = v[j];
-      const float sigma = 1.0f / (1.0f + e);
-      dydz = slope * (e * sigma) * sigma;
-    }
-    const float p = exp_approx(y - a.m) * a.inv_s;
+    const float dydz = kCapped ? kept.dydz[j] : a.uncapped_slope;
+    const float p = kept.q[j] * a.inv_s;
     // (A weight of 1 multiplies exactly: the plain loss's bits.)
     float gj = (p - (j == target ? 1.0f : 0.0f)) * dydz * a.weight;
     if constexpr (kFp8) gj = round_to_e5m2(gj * a.inv_grad_scale) * a.grad_scale;
@@ -279,36 +301,37 @@ __attribute__((always_inline)) inline void grad_row_loop(const float* v, float* 
   }
 }
 
-__attribute__((always_inline)) inline void grad_row_any(const float* v, float* g, int64_t n,
+__attribute__((always_inline)) inline void grad_row_any(KeptRow kept, float* g, int64_t n,
                                                         int64_t target, const GradRowArgs& args) {
   if (args.capped) {
     if (args.fp8) {
-      grad_row_loop<true, true>(v, g, n, target, args);
+      grad_row_loop<true, true>(kept, g, n, target, args);
     } else {
-      grad_row_loop<true, false>(v, g, n, target, args);
+      grad_row_loop<true, false>(kept, g, n, target, args);
     }
   } else if (args.fp8) {
-    grad_row_loop<false, true>(v, g, n, target, args);
+    grad_row_loop<false, true>(kept, g, n, target, args);
   } else {
-    grad_row_loop<false, false>(v, g, n, target, args);
+    grad_row_loop<false, false>(kept, g, n, target, args);
   }
 }
 
-NANOGPT_ROW_KERNEL void grad_row(const float* v, float* g, int64_t n, int64_t target,
+NANOGPT_ROW_KERNEL void grad_row(KeptRow kept, float* g, int64_t n, int64_t target,
                                  const GradRowArgs& args) {
-  grad_row_any(v, g, n, target, args);
+  grad_row_any(kept, g, n, target, args);
 }
 
 // The same rounded to bf16, a chunk at a time through fp32: GCC vectorizes the fp32 loop and
 // the conversion apart, not fused (the narrowing store kept it scalar, 3x slower).
-NANOGPT_ROW_KERNEL void grad_row(const float* v, bf16* g, int64_t n, int64_t target,
+NANOGPT_ROW_KERNEL void grad_row(KeptRow kept, bf16* g, int64_t n, int64_t target,
                                  const GradRowArgs& args) {
   constexpr int64_t kChunk = 512;
   alignas(64) float chunk[kChunk];
   uint16_t* bits = reinterpret_cast<uint16_t*>(g);
   for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
     const int64_t len = std::min(kChunk, n - j0);
-    grad_row_any(v + j0, chunk, len, target - j0, args);
+    const KeptRow part{kept.q + j0, kept.dydz == nullptr ? nullptr : kept.dydz + j0};
+    grad_row_any(part, chunk, len, target - j0, args);
     for (int64_t j = 0; j < len; ++j) bits[j0 + j] = to_bf16_bits(chunk[j]);
   }
 }
@@ -329,13 +352,14 @@ void round_e4m3_matrix(const float* src, float* dst, int64_t n, float scale) {
   });
 }
 
+// fn(row, worker) for every row, kRowsPerTask rows per task.
 template <class Fn>
 void parallel_rows(int64_t rows, Fn&& fn) {
   const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
-  ThreadPool::current().parallel_for(static_cast<size_t>(tasks), [&](size_t task, int) {
+  ThreadPool::current().parallel_for(static_cast<size_t>(tasks), [&](size_t task, int worker) {
     const int64_t begin = static_cast<int64_t>(task) * kRowsPerTask;
     const int64_t end = std::min(rows, begin + kRowsPerTask);
-    for (int64_t i = begin; i < end; ++i) fn(i);
+    for (int64_t i = begin; i < end; ++i) fn(i, worker);
   });
 }
 
@@ -346,10 +370,11 @@ struct RowLoss {
   GradRowArgs grad;
 };
 
-// The loss of one row of logits z[0, V), turning the row into what grad_row reads (in place:
-// e = exp(-z/divisor) with the soft-cap, z left as is without). Both the fused calls and the
-// unfused one go through here, so all return the same losses.
-RowLoss row_loss(float* v, int64_t t, int64_t target, const Config& c) {
+// The loss of one row of logits z[0, V), turning the row into e = exp(-z/divisor) in place with
+// the soft-cap (z left as is without), and, given `keep` (two rows of V floats), keeping in it
+// what grad_row reads. Both the fused calls and the unfused one go through here, so all return
+// the same losses.
+RowLoss row_loss(float* v, int64_t t, int64_t target, const Config& c, KeptRow keep = {}) {
   const int64_t n = c.V;
   float m;
   if (!c.capped && c.inv_temperature != 1.0f) {
@@ -363,18 +388,17 @@ RowLoss row_loss(float* v, int64_t t, int64_t target, const Config& c) {
   } else {
     m = max_row(v, n);
   }
+  const float slope = c.softcap * c.inv_divisor;
   double s = 0.0;
   for (int64_t j0 = 0; j0 < n; j0 += kSumSegment) {
-    s += sum_exp_row(v + j0, std::min(kSumSegment, n - j0), m, c.capped, c.softcap);
+    const KeptRow part = keep.q == nullptr ? keep : KeptRow{keep.q + j0, keep.dydz + j0};
+    s += sum_exp_row(v + j0, std::min(kSumSegment, n - j0), m, c.capped, c.softcap, slope, part);
   }
   const float y_target =
       c.capped ? logit_of<true>(v[target], c.softcap) : logit_of<false>(v[target], c.softcap);
   RowLoss r;
   r.loss = static_cast<double>(m) + std::log(s) - static_cast<double>(y_target);
   r.grad = GradRowArgs{c.capped,
-                       c.softcap,
-                       c.inv_divisor,
-                       m,
                        static_cast<float>(1.0 / s),
                        c.fp8,
                        c.grad_scale,
@@ -397,30 +421,51 @@ RowLoss row_loss(float* v, int64_t t, int64_t target, const Config& c) {
 
 // ---- the fused head -------------------------------------------------------------------------
 
-// The logits workspace is kept in the caller's Workspace (runtime/workspace.hpp) from one call
-// to the next: allocating it per call (up to kMaxLogitsWorkspaceBytes) cost a page fault and
-// the kernel's zeroing of every page, each call (5% of a T = 4096, V = 8192 call). It is a
-// buffer of its own rather than a cache of aligned operator new, which glibc did not reuse (the
+// The logits and gradient workspaces are kept in the caller's Workspace (runtime/workspace.hpp)
+// from one call to the next: allocating them per call (up to kMaxGradientBlockBytes) cost a page
+// fault and the kernel's zeroing of every page, each call (5% of a T = 4096, V = 8192 call). It is
+// a buffer of its own rather than a cache of aligned operator new, which glibc did not reuse (the
 // process grew 37, 69, 133 MiB after 1, 5, 17 calls).
 float* logits_workspace(int64_t floats) {
   return Workspace::current().get<float>("fused_loss.logits", static_cast<size_t>(floats));
 }
 
-// With bf16 products, the rows' gradients in bf16, [rows, ld]; kept the same way.
-bf16* gradient_workspace(int64_t values) {
-  return Workspace::current().get<bf16>("fused_loss.gradient_bf16", static_cast<size_t>(values));
+// The rows' gradients, [rows, ld]: bf16 with bf16 products (what they would round them to as
+// they pack them: storing them so halves what they read), else fp32; kept the same way.
+template <class G>
+G* gradient_workspace(int64_t values) {
+  return Workspace::current().get<G>(
+      std::is_same_v<G, bf16> ? "fused_loss.gradient_bf16" : "fused_loss.gradient",
+      static_cast<size_t>(values));
 }
+
+// Per pool worker, the two rows the sum pass keeps for the gradient pass (KeptRow), V floats
+// each; taken on the calling thread (runtime/workspace.hpp), kept the same way.
+class KeptRows {
+ public:
+  explicit KeptRows(int64_t V)
+      : V_(V),
+        lanes_(Workspace::current().lanes("fused_loss.kept_rows", ThreadPool::current().size(),
+                                          static_cast<size_t>(2 * V) * sizeof(float))) {}
+  KeptRow of(int worker) const {
+    float* base = reinterpret_cast<float*>(lanes_[static_cast<size_t>(worker)]);
+    return KeptRow{base, base + V_};
+  }
+
+ private:
+  int64_t V_;
+  std::span<std::byte* const> lanes_;
+};
 
 class FusedHead {
  public:
-  FusedHead(const Config& c, const FusedLossParams& p)
+  FusedHead(const Config& c, const FusedLossParams& p, bool grads)
       : c_(c),
         p_(p),
         weights_(p.W),
-        packed_(packed_weights(p, c)),
+        logit_rows_(c.logit_rows),
         // Uninitialized: the logits GEMM writes every element before anything reads it.
-        logits_(logits_workspace(c.rows * c.ld)),
-        grad16_(p.precision == Precision::kBf16 ? gradient_workspace(c.rows * c.ld) : nullptr),
+        logits_(logits_workspace(c.logit_rows * c.ld)),
         loss_(static_cast<size_t>(c.rows)) {
     if (c.fp8) {
       w_rounded_.resize(static_cast<size_t>(c.V * c.d));
@@ -428,37 +473,39 @@ class FusedHead {
       weights_ = w_rounded_.data();
       x_rounded_.resize(static_cast<size_t>(c.rows * c.d));
     }
+    packed_ = packed_weights(p, c);
+    if (packed_ == nullptr) {
+      pack_matmul_b(p.precision, Trans::kYes, c.d, c.V, weights_, c.d, own_packed_);
+      packed_ = &own_packed_;
+    }
+    // Blocks shorter than the gradient block: whole tiles of the kernel W was packed for,
+    // unless the caller chose the rows.
+    const int64_t mr = packed_->kernel->mr;
+    if (p.logit_rows == 0 && logit_rows_ < c.rows && logit_rows_ > mr) {
+      logit_rows_ -= logit_rows_ % mr;
+    }
+    if (grads) {
+      kept_.emplace(c.V);
+      if (p.precision == Precision::kBf16) {
+        grad16_ = gradient_workspace<bf16>(c.rows * c.ld);
+      } else {
+        grad32_ = gradient_workspace<float>(c.rows * c.ld);
+      }
+    }
   }
 
-  // Runs the row blocks in order: the block's logits, the rows' losses (and gradients, if
-  // wanted, in place of the logits), then dx and dW from them. Returns Σ loss_t.
+  // Runs the row blocks in order: for each block of the logits' rows, the logits, the rows'
+  // losses (and gradients, if wanted, into the gradient block); then dx and dW from the
+  // gradient block. Returns Σ loss_t.
   double run(float* per_token, float* dx, float* dW) {
     const bool grads = dx != nullptr || dW != nullptr;
-    // [rows, ld]: the logits, then e (or z), then g. Rows start on cache lines (ld is a
-    // multiple of 16 floats).
-    float* const z = logits_;
     double total = 0.0;
     for (int64_t r0 = 0; r0 < c_.T; r0 += c_.rows) {
       const int64_t rows = std::min(c_.rows, c_.T - r0);
       const float* xb = block_inputs(r0, rows);
-      if (packed_ != nullptr) {
-        matmul(Trans::kNo, rows, 1.0f, xb, c_.d, *packed_, 0.0f, z, c_.ld);
-      } else {
-        matmul(p_.precision, Trans::kNo, Trans::kYes, rows, c_.V, c_.d, 1.0f, xb, c_.d, weights_,
-               c_.d, 0.0f, z, c_.ld);
+      for (int64_t s0 = 0; s0 < rows; s0 += logit_rows_) {
+        logits_and_losses(r0, s0, std::min(logit_rows_, rows - s0), xb, grads);
       }
-      parallel_rows(rows, [&](int64_t i) {
-        float* row = z + i * c_.ld;
-        const int64_t target = p_.targets[r0 + i];
-        const RowLoss r = row_loss(row, r0 + i, target, c_);
-        loss_[static_cast<size_t>(i)] = r.loss;
-        if (!grads) return;
-        if (grad16_ != nullptr) {
-          grad_row(row, grad16_ + i * c_.ld, c_.V, target, r.grad);
-        } else {
-          grad_row(row, row, c_.V, target, r.grad);
-        }
-      });
       for (int64_t i = 0; i < rows; ++i) {
         const double loss = loss_[static_cast<size_t>(i)];
         if (per_token != nullptr) per_token[r0 + i] = static_cast<float>(loss);
@@ -471,8 +518,8 @@ class FusedHead {
           gemm_bf16(Trans::kNo, Trans::kNo, rows, c_.d, c_.V, c_.loss_scale, grad16_, c_.ld,
                     weights_, c_.d, 0.0f, dx + r0 * c_.d, c_.d);
         } else {
-          matmul(p_.precision, Trans::kNo, Trans::kNo, rows, c_.d, c_.V, c_.loss_scale, z, c_.ld,
-                 weights_, c_.d, 0.0f, dx + r0 * c_.d, c_.d);
+          matmul(p_.precision, Trans::kNo, Trans::kNo, rows, c_.d, c_.V, c_.loss_scale, grad32_,
+                 c_.ld, weights_, c_.d, 0.0f, dx + r0 * c_.d, c_.d);
         }
       }
       if (dW != nullptr) {
@@ -480,8 +527,8 @@ class FusedHead {
           gemm_bf16(Trans::kYes, Trans::kNo, c_.V, c_.d, rows, c_.loss_scale, grad16_, c_.ld, xb,
                     c_.d, 1.0f, dW, c_.d);
         } else {
-          matmul(p_.precision, Trans::kYes, Trans::kNo, c_.V, c_.d, rows, c_.loss_scale, z, c_.ld,
-                 xb, c_.d, 1.0f, dW, c_.d);
+          matmul(p_.precision, Trans::kYes, Trans::kNo, c_.V, c_.d, rows, c_.loss_scale, grad32_,
+                 c_.ld, xb, c_.d, 1.0f, dW, c_.d);
         }
       }
     }
@@ -489,6 +536,27 @@ class FusedHead {
   }
 
  private:
+  // Rows [s0, s0 + rows) of the block at r0: their logits into the logits workspace, then each
+  // row's loss into loss_ and, with grads, its gradient into the block's gradient rows.
+  void logits_and_losses(int64_t r0, int64_t s0, int64_t rows, const float* xb, bool grads) {
+    float* const z = logits_;
+    matmul(Trans::kNo, rows, 1.0f, xb + s0 * c_.d, c_.d, *packed_, 0.0f, z, c_.ld);
+    parallel_rows(rows, [&](int64_t i, int worker) {
+      float* row = z + i * c_.ld;
+      const int64_t b = s0 + i;  // the row in the block
+      const int64_t target = p_.targets[r0 + b];
+      const KeptRow kept = grads ? kept_->of(worker) : KeptRow{};
+      const RowLoss r = row_loss(row, r0 + b, target, c_, kept);
+      loss_[static_cast<size_t>(b)] = r.loss;
+      if (!grads) return;
+      if (grad16_ != nullptr) {
+        grad_row(kept, grad16_ + b * c_.ld, c_.V, target, r.grad);
+      } else {
+        grad_row(kept, grad32_ + b * c_.ld, c_.V, target, r.grad);
+      }
+    });
+  }
+
   // The block's rows of x as the matmuls see them.
   const float* block_inputs(int64_t r0, int64_t rows) {
     const float* xb = p_.x + r0 * c_.d;
@@ -500,10 +568,14 @@ class FusedHead {
   const Config& c_;
   const FusedLossParams& p_;
   const float* weights_;
-  const PackedB* packed_;  // W packed for the logits, or null
-  float* logits_;
-  bf16* grad16_;              // bf16 products: the block's gradients, rounded once here
-  std::vector<double> loss_;  // [rows]
+  const PackedB* packed_ = nullptr;  // W packed for the logits: the caller's, or own_packed_
+  PackedB own_packed_;
+  int64_t logit_rows_;            // rows per logits block
+  float* logits_;                 // [logit_rows, ld]
+  bf16* grad16_ = nullptr;        // the block's gradients with bf16 products, [rows, ld]
+  float* grad32_ = nullptr;       // the same with fp32 products
+  std::optional<KeptRows> kept_;  // with gradients
+  std::vector<double> loss_;      // [rows]
   std::vector<float> w_rounded_, x_rounded_;
 };
 
@@ -527,16 +599,16 @@ struct Fp8Operands {
 }  // namespace
 
 double fused_linear_cross_entropy_forward(const FusedLossParams& p, float* per_token) {
-  const Config c = resolve(p, true, false);
+  const Config c = resolve(p, true);
   if (c.T == 0) return 0.0;
-  FusedHead head(c, p);
+  FusedHead head(c, p, false);
   return head.run(per_token, nullptr, nullptr);
 }
 
 double fused_linear_cross_entropy_backward(const FusedLossParams& p, float* dx, float* dW) {
   const Config c = resolve(p, true);
   if (c.T == 0) return 0.0;
-  FusedHead head(c, p);
+  FusedHead head(c, p, dx != nullptr || dW != nullptr);
   return head.run(nullptr, dx, dW);
 }
 
@@ -555,13 +627,15 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
   matmul(p.precision, Trans::kNo, Trans::kYes, c.T, c.V, c.d, 1.0f, x, c.d, W, c.d, 0.0f,
          logits.get(), c.V);
   std::vector<double> loss(static_cast<size_t>(c.T));
-  parallel_rows(c.T, [&](int64_t t) {
+  const KeptRows kept_rows(c.V);
+  parallel_rows(c.T, [&](int64_t t, int worker) {
     float* z = logits.get() + t * c.V;
     const int32_t target = p.targets[t];
-    const RowLoss r = row_loss(z, t, target, c);
+    const KeptRow kept = grads ? kept_rows.of(worker) : KeptRow{};
+    const RowLoss r = row_loss(z, t, target, c, kept);
     loss[static_cast<size_t>(t)] =
         c.row_weights != nullptr ? static_cast<double>(c.row_weights[t]) * r.loss : r.loss;
-    if (grads) grad_row(z, grad.get() + t * c.V, c.V, target, r.grad);
+    if (grads) grad_row(kept, grad.get() + t * c.V, c.V, target, r.grad);
   });
   if (dx != nullptr) {
     matmul(p.precision, Trans::kNo, Trans::kNo, c.T, c.d, c.V, c.loss_scale, grad.get(), c.V, W,
@@ -595,7 +669,7 @@ void capped_logits(const FusedLossParams& p, float* out) {
            c.V);
   }
   if (!c.capped) return;
-  parallel_rows(c.T, [&](int64_t t) {
+  parallel_rows(c.T, [&](int64_t t, int) {
     float* row = out + t * c.V;
     soft_cap_row(row, row, c.V, c.softcap, c.inv_divisor);
   });
@@ -603,44 +677,55 @@ void capped_logits(const FusedLossParams& p, float* out) {
 
 namespace {
 
-// Workspace bytes per logit of a row block: the fp32 logits, and with bf16 products the bf16
-// gradient beside them.
-int64_t row_bytes_per_value(const FusedLossParams& p) {
-  return static_cast<int64_t>(sizeof(float)) +
-         (p.precision == Precision::kBf16 ? static_cast<int64_t>(sizeof(bf16)) : 0);
+// Bytes per value of a gradient block: bf16 with bf16 products, else fp32.
+int64_t gradient_bytes_per_value(const FusedLossParams& p) {
+  return p.precision == Precision::kBf16 ? static_cast<int64_t>(sizeof(bf16))
+                                         : static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace
 
 int64_t fused_linear_cross_entropy_workspace_bound(const FusedLossParams& p) {
-  const int64_t row_bytes = workspace_ld(std::max<int64_t>(p.V, 1)) * row_bytes_per_value(p);
+  const int64_t row_bytes = workspace_ld(std::max<int64_t>(p.V, 1)) * gradient_bytes_per_value(p);
   // Compared by division: kMinLossRowBlock rows of a huge V would overflow.
   const int64_t wanted = row_bytes > kMaxRaisedWorkspaceBytes / kMinLossRowBlock
                              ? kMaxRaisedWorkspaceBytes
                              : kMinLossRowBlock * row_bytes;
-  return std::clamp(wanted, kMaxLogitsWorkspaceBytes, kMaxRaisedWorkspaceBytes);
+  return std::clamp(wanted, kMaxGradientBlockBytes, kMaxRaisedWorkspaceBytes);
 }
 
-int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p, bool gradients) {
+int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p) {
   if (p.T <= 0 || p.V <= 0) return 0;
   if (p.row_block > 0) return std::min(p.row_block, p.T);
-  const int64_t row_bytes = workspace_ld(p.V) * row_bytes_per_value(p);
-  int64_t max_rows =
+  const int64_t row_bytes = workspace_ld(p.V) * gradient_bytes_per_value(p);
+  const int64_t max_rows =
       std::max<int64_t>(1, fused_linear_cross_entropy_workspace_bound(p) / row_bytes);
-  if (!gradients && p.W_packed != nullptr && !p.fp8) {
-    max_rows = std::min(max_rows, std::max(kMinForwardRowBlock, kForwardLogitsBytes / row_bytes));
-  }
   // The fewest blocks that fit, of equal size (to a row): T = 512 with room for 166 rows is
   // four blocks of 128, not three of 166 and one of 14.
   const int64_t blocks = (p.T + max_rows - 1) / max_rows;
   return (p.T + blocks - 1) / blocks;
 }
 
+int64_t fused_linear_cross_entropy_logit_rows(const FusedLossParams& p) {
+  const int64_t block = fused_linear_cross_entropy_row_block(p);
+  if (block == 0) return 0;
+  if (p.logit_rows > 0) return std::min(p.logit_rows, block);
+  const int64_t row_bytes = workspace_ld(p.V) * static_cast<int64_t>(sizeof(float));
+  int64_t rows = std::max(kMinLogitRows, kLogitsBlockBytes / row_bytes);
+  const int64_t weight_bytes = p.V * p.d * (p.precision == Precision::kBf16 ? 2 : 4);
+  if (weight_bytes > kCachedWeightBytes) rows = std::max(rows, kMinStreamedWeightLogitRows);
+  return std::min(rows, block);
+}
+
 size_t fused_linear_cross_entropy_workspace_bytes(const FusedLossParams& p) {
   if (p.T <= 0 || p.d <= 0 || p.V <= 0) return 0;
   const int64_t rows = fused_linear_cross_entropy_row_block(p);
-  int64_t bytes = rows * workspace_ld(p.V) * row_bytes_per_value(p) +
-                  rows * static_cast<int64_t>(sizeof(double));  // the rows' losses
+  const int64_t ld = workspace_ld(p.V);
+  const int64_t threads = ThreadPool::current().size();
+  int64_t bytes = fused_linear_cross_entropy_logit_rows(p) * ld * 4 +  // the logits block
+                  rows * ld * gradient_bytes_per_value(p) +            // the gradient block
+                  threads * 2 * p.V * 4 +                              // the kept rows
+                  rows * static_cast<int64_t>(sizeof(double));         // the rows' losses
   if (p.fp8) bytes += (p.V * p.d + rows * p.d) * static_cast<int64_t>(sizeof(float));
   return static_cast<size_t>(bytes);
 }

@@ -2,31 +2,35 @@
 // (y = softcap·σ(z / divisor)) and the cross-entropy over all V classes.
 //
 // The unfused head materializes T×V logits and as much again for their gradient (3.3 GB each
-// for the speedrun's T = 16384, V = 50304). Here the rows are taken in blocks of row_block, and
-// a block's logits over the WHOLE vocabulary are computed once, with one GEMM, into a workspace
-// of row_block × V floats (rows padded to ld ≥ V, see below). Each row of it is then worked on in
-// place by one thread: the soft-cap (the row keeps e = exp(-z/divisor), from which σ, y and dy/dz
-// all follow), the max and Σ exp(y - max), the loss, and, in the backward, g = dL/dz. The backward
-// then finishes the block with two GEMMs on the workspace: dx_block = g·W and dW += gᵀ·x_block. So
-// a training step multiplies T×V×d three times (logits, dx, dW) and computes no logit twice. The
-// forward runs the same blocks and rows without the gradient, so the two return the same losses bit
-// for bit.
+// for the speedrun's T = 16384, V = 50304). Here the rows are taken in gradient blocks of
+// row_block rows, and each of those in logits blocks of logit_rows rows. A logits block's logits
+// over the WHOLE vocabulary are computed with one GEMM into a workspace of logit_rows × V floats
+// (rows padded to ld ≥ V, see below), small enough to stay in cache while each of its rows is
+// then worked on in place by one thread: the soft-cap (the row keeps e = exp(-z/divisor), from
+// which σ, y and dy/dz all follow), the max and Σ exp(y - max), the loss, and, in the backward,
+// g = dL/dz into the gradient block (bf16 with bf16 products, the values those products would
+// round it to). The backward then finishes each gradient block with two GEMMs on it: dx_block =
+// g·W and dW += gᵀ·x_block. So a training step multiplies T×V×d three times (logits, dx, dW) and
+// computes no logit twice. The logits' products all read one packed copy of W (the caller's
+// W_packed, else packed once per call). The forward runs the same blocks and rows without the
+// gradient, so the two return the same losses bit for bit.
 //
-// row_block is chosen so the workspace stays under a bound (kMaxLogitsWorkspaceBytes, raised for
-// large vocabularies, see there) with blocks of equal sizes, unless FusedLossParams::row_block
-// forces it: memory never grows with T.
+// row_block is chosen so the gradient block stays under a bound (kMaxGradientBlockBytes, raised
+// for large vocabularies, see there) with blocks of equal sizes, and logit_rows for the cache
+// (kLogitsBlockBytes), unless FusedLossParams forces them: memory never grows with T.
 //
-// Memory a call uses (fused_linear_cross_entropy_workspace_bytes counts it):
-//   the logits workspace, row_block × ld floats (ld: V rounded up to an odd number of 64-byte
-//   lines, so that reading it down a column does not hit a few cache sets only), kept in the
-//   caller's Workspace (runtime/workspace.hpp) for later calls (grown, never shrunk, freed with
-//   the workspace), with bf16 products as many bf16 for the rows' gradients (kept the same way),
-//   and 8 bytes of loss per row of a block;
-//   with fp8, the rounded W once per call (V×d floats; rounding per block instead would redo it
-//   for every row block) and the rounded rows of one block (row_block × d floats).
+// Memory a call uses (fused_linear_cross_entropy_workspace_bytes counts it), kept in the
+// caller's Workspace (runtime/workspace.hpp) for later calls (grown, never shrunk, freed with the
+// workspace): the logits, logit_rows × ld floats; in the backward, the gradient block, row_block ×
+// ld values (bf16 with bf16 products, else fp32), and per thread two rows of V floats that the
+// pass summing a row's exponentials keeps for its gradient; and 8 bytes of loss per row of a
+// block. For the
+// call alone: W packed for the logits (V×d values, bf16 or fp32) unless the caller passed it;
+// with fp8, the rounded W (V×d floats; rounding per block instead would redo it for every row
+// block) and the rounded rows of one block (row_block × d floats).
 // Not counted: the GEMM's packing buffers, which it keeps in the same workspace for later calls:
 // a packed copy of a product's whole A operand, for dx and dW the block's g (as large as the
-// workspace), and at most ~4 MiB of packed B.
+// gradient block), and at most ~4 MiB of packed B.
 // So O(V·d + row_block·(V + d)), and nothing of size T×V unless T <= row_block.
 //
 // Determinism: row blocks are visited in a fixed order, the GEMM splits work over output tiles
@@ -63,9 +67,11 @@ struct FusedLossParams {
   // bf16: the three products take bf16-rounded operands (fp32 accumulation); the soft-cap,
   // softmax statistics and loss stay fp32.
   Precision precision = Precision::kFp32;
-  // Rows whose logits are held at once; 0 picks them from kMaxLogitsWorkspaceBytes. Tests set
-  // small values to get several blocks and a ragged last one.
+  // Rows per gradient block, and rows of logits held at once (at most row_block); 0 picks them
+  // from kMaxGradientBlockBytes and kLogitsBlockBytes. Tests set small values to get several
+  // blocks and a ragged last one.
   int64_t row_block = 0;
+  int64_t logit_rows = 0;
   // Post-training (src/posttrain/): the loss of row t is w_t·loss_t with loss_t = -log
   // softmax(y/τ)[target_t], τ the temperature the tokens were sampled at. row_weights (nullable:
   // all 1) may be negative (policy gradients) or 0 (masked tokens: no gradient); the calls
@@ -78,37 +84,48 @@ struct FusedLossParams {
   float* entropy = nullptr;
 };
 
-// How the rows per block are chosen when row_block is left at 0. Rows per block are what the
-// speed depends on: every block packs W (V×d) twice for the GEMM (the logits' and dx's operand)
-// and reads and writes dW once, whatever its height, so short blocks spend their time moving W
-// and dW. Measured with fused_loss_bench (AMD EPYC, Zen 4, 2 threads, bf16, V = 50304, d = 768,
-// T = 8192): 6.29 s with blocks of 432 rows, 5.42 s with 1024, 5.21 s with 2048 (peak extra
-// memory 0.23, 0.63 and 1.04 GB). Earlier, fp32, T = 2048: 3.9 s at 158 rows, 2.9 s at 256,
-// 2.5 s at 512, 2.2 s at 1024.
-// So the workspace (logits, and bf16 gradients in bf16 runs) may fill kMaxLogitsWorkspaceBytes,
-// and more where that holds fewer than kMinLossRowBlock rows, up to kMaxRaisedWorkspaceBytes:
-// V = 8192 fits 4088 rows of fp32 logits in 128 MiB (the cpu preset's T = 4096 is two blocks at
-// most), V = 50304 gets 1024 rows (206 MB in fp32, 309 MB in bf16). It never grows with T.
-// The GEMM keeps a packed copy of g as large again (see the top of the file).
-inline constexpr int64_t kMaxLogitsWorkspaceBytes = int64_t{128} << 20;
+// How the rows per gradient block are chosen when row_block is left at 0. Every gradient block
+// packs W (V×d) for dx and reads and writes dW once, whatever its height, so short blocks spend
+// their time moving W and dW. Measured with fused_loss_bench (AMD EPYC, Zen 4, 2 threads, bf16,
+// V = 50304, d = 768, T = 8192): 6.29 s with blocks of 432 rows, 5.42 s with 1024, 5.21 s with
+// 2048 (peak extra memory 0.23, 0.63 and 1.04 GB). Earlier, fp32, T = 2048: 3.9 s at 158 rows,
+// 2.9 s at 256, 2.5 s at 512, 2.2 s at 1024.
+// So the gradient block may fill kMaxGradientBlockBytes, and more where that holds fewer than
+// kMinLossRowBlock rows, up to kMaxRaisedWorkspaceBytes: V = 8192 fits 8176 rows of bf16
+// gradients in 128 MiB (4088 in fp32); V = 50304 fits 1333 in bf16, and 666 in fp32, where the
+// bound is raised to hold 1024 rows (206 MB). It never grows with T. The GEMM keeps a packed copy
+// of g as large again (see the top of the file).
+inline constexpr int64_t kMaxGradientBlockBytes = int64_t{128} << 20;
 inline constexpr int64_t kMinLossRowBlock = 1024;
 inline constexpr int64_t kMaxRaisedWorkspaceBytes = int64_t{512} << 20;
 
-// A forward of a pre-packed W (FusedLossParams::W_packed: the scorers' and samplers' head)
-// moves no W per block, the cost the bound above amortizes, so its blocks are sized for the
-// cache instead: the pass over each row's logits then reads them while the product's writes are
-// still cached, not back from memory. kForwardLogitsBytes of logits per block, at least
-// kMinForwardRowBlock rows (the micro-kernel's tiles stay full), at most the default's. Measured
-// (`evals run` on a 100-case fortunes-choice suite, cpu preset V = 8192, 7 calls of ~1,200 rows;
-// AMD EPYC Zen 5, 2 threads, bf16): the head took 133–150 ms in one block of every row (39 MB of
-// logits), 113–115 ms in blocks of 96 rows (3 MB), 117–122 ms of 192, 127–130 ms of 384.
-inline constexpr int64_t kForwardLogitsBytes = int64_t{4} << 20;
-inline constexpr int64_t kMinForwardRowBlock = 32;
+// How the rows per logits block are chosen when logit_rows is left at 0. The row passes read a
+// block's logits right after its product wrote them, and then write its gradients: a block of
+// kLogitsBlockBytes is still in the core's cache for them, where a block as tall as the gradient
+// block went to memory and back (67 MB for 2,048 rows of V = 8192). Rows are rounded down to a
+// whole number of the micro-kernel's tiles, and are at least kMinLogitRows. But every logits
+// block reads all of W: when the packed W is larger than kCachedWeightBytes, it comes from
+// memory each time, and a block takes at least kMinStreamedWeightLogitRows rows to share that.
+// Measured (AMD EPYC Zen 5, 2 threads, bf16, W packed once; ms per backward call):
+//   V = 8192, d = 256 (W 4 MB), T = 8192 in two gradient blocks: logits blocks of 36–72 rows
+//   310–335, 96 and 128 rows 316–333, 24 rows 331–353; the previous one-block head 326–341 with
+//   2,048-row blocks, 322–327 with 4,096.
+//   V = 50304, d = 768 (W 77 MB), T = 2048: 32 rows 1,489, 64 rows 1,458, 128 to 1,024 rows
+//   1,315–1,339; the previous head 1,323–1,329.
+// `evals run` (a forward of a packed W, cpu preset, ~1,200 rows a call) took 113–115 ms in blocks
+// of 96 rows (3 MB), 117–122 in 192, 133–150 in one block of every row (39 MB).
+inline constexpr int64_t kLogitsBlockBytes = int64_t{2} << 20;
+inline constexpr int64_t kMinLogitRows = 32;
+inline constexpr int64_t kCachedWeightBytes = int64_t{16} << 20;
+inline constexpr int64_t kMinStreamedWeightLogitRows = 128;
 
-// The rows per block a call with these parameters uses: p.row_block if set (at most T), else
-// the fewest blocks whose workspace fits the bound above, split evenly (for a forward of a
-// packed W, gradients = false: the fewest that fit kForwardLogitsBytes). 0 if T <= 0.
-int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p, bool gradients = true);
+// The rows per gradient block a call with these parameters uses: p.row_block if set (at most
+// T), else the fewest blocks whose gradients fit the bound above, split evenly. 0 if T <= 0.
+int64_t fused_linear_cross_entropy_row_block(const FusedLossParams& p);
+
+// The rows per logits block: p.logit_rows if set, else as above (before rounding to the
+// micro-kernel's tiles, which only lowers it); at most the gradient block. 0 if T <= 0.
+int64_t fused_linear_cross_entropy_logit_rows(const FusedLossParams& p);
 
 // The workspace bound the default row_block keeps to, in bytes (see kMinLossRowBlock).
 int64_t fused_linear_cross_entropy_workspace_bound(const FusedLossParams& p);
@@ -128,9 +145,10 @@ double linear_cross_entropy_unfused(const FusedLossParams& p, float* dx, float* 
 // the reference model evaluates without FP8, so samplers should leave it off. Targets unused.
 void capped_logits(const FusedLossParams& p, float* out);
 
-// Bytes the fused calls use besides the GEMM's packing buffers (see the top of the file):
-// row_block × (ld floats of logits (and ld bf16 gradients with bf16 products) + one double of
-// loss), plus with fp8 V×d + row_block×d floats.
+// Bytes a backward uses besides the GEMM's packing buffers and W packed for the call (see the
+// top of the file): logit_rows × ld floats of logits, row_block × (ld gradients (bf16 with bf16
+// products, else fp32) + one double of loss), 2·V floats per thread of the current pool, plus
+// with fp8 V×d + row_block×d floats. (A forward uses the logits and losses of these.)
 size_t fused_linear_cross_entropy_workspace_bytes(const FusedLossParams& p);
 
 }  // namespace nanogpt

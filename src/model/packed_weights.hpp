@@ -2,8 +2,10 @@
 // forwards that run the same weights again and again: decoding, sampling and evaluation take
 // a few rows per call, and packing a weight for each call costs as much as multiplying by it.
 // A packed copy is kept until the parameters change (ParameterSet::version(): any non-const
-// access to them) and packed again on its next use after that. Training leaves it alone: its
-// products are tall, so packing per call is a small share, and its weights change every step.
+// access to them) and packed again on its next use after that. Training's block products are
+// tall, so packing per call is a small share of them, and they leave it alone; but the fused
+// loss reads the head's W in many short logits blocks, so training packs the head here once per
+// step too.
 #pragma once
 
 #include <cstddef>
