@@ -108,8 +108,8 @@ inline constexpr int64_t kMaxRaisedWorkspaceBytes = int64_t{512} << 20;
 // memory each time, and a block takes at least kMinStreamedWeightLogitRows rows to share that.
 // Measured (AMD EPYC Zen 5, 2 threads, bf16, W packed once; ms per backward call):
 //   V = 8192, d = 256 (W 4 MB), T = 8192 in two gradient blocks: logits blocks of 36–72 rows
-//   310–335, 96 and 128 rows 316–333, 24 rows 331–353; the previous one-block head 326–341 with
-//   2,048-row blocks, 322–327 with 4,096.
+//   310–335, 96 and 128 rows 316–328, 24 rows 331–353; the previous one-block head 325–341 with
+//   2,048-row blocks, 322–328 with 4,096.
 //   V = 50304, d = 768 (W 77 MB), T = 2048: 32 rows 1,489, 64 rows 1,458, 128 to 1,024 rows
 //   1,315–1,339; the previous head 1,323–1,329.
 // `evals run` (a forward of a packed W, cpu preset, ~1,200 rows a call) took 113–115 ms in blocks
