@@ -106,7 +106,7 @@ inline constexpr int64_t kMaxRaisedWorkspaceBytes = int64_t{512} << 20;
 // whole number of the micro-kernel's tiles, and are at least kMinLogitRows. But every logits
 // block reads all of W: when the packed W is larger than kCachedWeightBytes, it comes from
 // memory each time, and a block takes at least kMinStreamedWeightLogitRows rows to share that.
-// Measured (AMD EPYC Zen 5, 2 threads, bf16, W packed once; ms per backward call):
+// Measured (AMD EPYC Zen 5, 2 threads, bf16, W packed once per call; ms per backward call):
 //   V = 8192, d = 256 (W 4 MB), T = 8192 in two gradient blocks: logits blocks of 36–72 rows
 //   310–335, 96 and 128 rows 316–328, 24 rows 331–353; the previous one-block head 325–341 with
 //   2,048-row blocks, 322–328 with 4,096.
