@@ -74,11 +74,14 @@ TEST(FlopCount, NewtonSchulzByHand) {
   // 2·32·32·128; 32×128 (wide) the same.
   EXPECT_EQ(newton_schulz_flops(128, 32, 1), 262144.0 + 65536.0 + 262144.0);
   EXPECT_EQ(newton_schulz_flops(32, 128, 1), newton_schulz_flops(128, 32, 1));
-  // k = 256 > 192: the symmetric products multiply blocks [0, 192) × [0, 192) and
-  // [192, 256) × [0, 256): 2·192·192·inner + 2·64·256·inner, inner = 256 for both the Gram and
-  // its square; B·X is the full 2·256³.
+  // k = 256 on two threads, in blocks of 192 rows: the symmetric products multiply blocks
+  // [0, 192) × [0, 192) and [192, 256) × [0, 256): 2·192·192·inner + 2·64·256·inner, inner = 256
+  // for both the Gram and its square; B·X is the full 2·256³.
   const double sym = 2.0 * 192 * 192 * 256 + 2.0 * 64 * 256 * 256;
-  EXPECT_EQ(newton_schulz_flops(256, 256, 1), 2 * sym + 2.0 * 256 * 256 * 256);
+  EXPECT_EQ(newton_schulz_flops(256, 256, 1, 2), 2 * sym + 2.0 * 256 * 256 * 256);
+  // On one thread, in blocks of 96: [0, 96) × [0, 96), [96, 192) × [0, 192), [192, 256) × [0, 256).
+  const double serial = 2.0 * (96 * 96 + 96 * 192 + 64 * 256) * 256;
+  EXPECT_EQ(newton_schulz_flops(256, 256, 1), 2 * serial + 2.0 * 256 * 256 * 256);
 }
 
 TEST(FlopCount, TrainStepOfASmallConfigByHand) {

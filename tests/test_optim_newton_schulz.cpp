@@ -328,22 +328,29 @@ TEST(NewtonSchulz, WorkspaceIsReusedWithoutChangingResults) {
 }
 
 TEST(NewtonSchulz, BitwiseIdenticalAcrossThreadCounts) {
-  // Big enough for several GEMM tiles and several element-wise chunks, both orientations.
-  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{130, 600}, {600, 130}}) {
-    const auto G = random_matrix(rows, cols, 31);
-    std::vector<float> one(G.size()), two(G.size());
-    NewtonSchulzWorkspace ws;
-    {
-      ThreadPool pool(1);
-      ThreadPool::Use use(pool);
-      newton_schulz5(G.data(), rows, cols, 5, one.data(), ws);
+  // Big enough for several GEMM tiles and several element-wise chunks, both orientations; one
+  // thread takes the symmetric products in blocks of 96 rows, two in blocks of 192 (k = 130:
+  // two blocks against one; k = 300: four against two), in both precisions.
+  for (auto [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{130, 600}, {600, 130}, {300, 700}}) {
+    for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      const auto G = random_matrix(rows, cols, 31);
+      std::vector<float> one(G.size()), two(G.size());
+      NewtonSchulzWorkspace ws;
+      ws.precision = precision;
+      {
+        ThreadPool pool(1);
+        ThreadPool::Use use(pool);
+        newton_schulz5(G.data(), rows, cols, 5, one.data(), ws);
+      }
+      {
+        ThreadPool pool(2);
+        ThreadPool::Use use(pool);
+        newton_schulz5(G.data(), rows, cols, 5, two.data(), ws);
+      }
+      EXPECT_EQ(one, two) << rows << "x" << cols
+                          << (precision == Precision::kBf16 ? " bf16" : " fp32");
     }
-    {
-      ThreadPool pool(2);
-      ThreadPool::Use use(pool);
-      newton_schulz5(G.data(), rows, cols, 5, two.data(), ws);
-    }
-    EXPECT_EQ(one, two) << rows << "x" << cols;
   }
 }
 

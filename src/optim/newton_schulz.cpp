@@ -11,6 +11,7 @@
 #include "optim/elementwise.hpp"
 #include "runtime/error.hpp"
 #include "runtime/profiler.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
@@ -21,10 +22,6 @@ namespace {
 // W·Wᵀ = Xᵀ·X and (B·W)ᵀ = X·Bᵀ. Only the product functions know about precision, so a
 // reduced-precision path can replace them and keep the coefficient arithmetic.
 
-// Rows per GEMM call of symmetric_product: blocks of 192 keep two 96-row GEMM tiles per call,
-// so two threads stay busy, while skipping (blocks − 1)/(2·blocks) of the work (3/8 at k = 768).
-constexpr int64_t kSymmetricBlock = 192;
-
 // C = alpha·R·Rᵀ + s·D, k×k, where R is k×inner: the rows of X (ld ldx) or, with `columns`,
 // its columns, and D (k×k, symmetric; nullptr: none) is added in the products' finish. Only the
 // lower block triangle is multiplied out, then mirrored: nearly half the work of a full GEMM,
@@ -32,8 +29,9 @@ constexpr int64_t kSymmetricBlock = 192;
 void symmetric_product(Precision pr, const float* X, int64_t ldx, bool columns, int64_t k,
                        int64_t inner, float alpha, float* C, const float* D = nullptr,
                        float s = 0.0f) {
-  for (int64_t i0 = 0; i0 < k; i0 += kSymmetricBlock) {
-    const int64_t i1 = std::min(k, i0 + kSymmetricBlock);
+  const int64_t block = newton_schulz_block_rows(ThreadPool::current().size());
+  for (int64_t i0 = 0; i0 < k; i0 += block) {
+    const int64_t i1 = std::min(k, i0 + block);
     GemmEpilogue ep;
     ep.addend = D != nullptr ? D + i0 * k : nullptr;
     ep.ld_addend = k;
@@ -62,12 +60,12 @@ void symmetric_product(Precision pr, const float* X, int64_t ldx, bool columns, 
   }
 }
 
-// The FLOPs of symmetric_product for a k×inner R: each block of rows [i0, i1) multiplied
-// against rows [0, i1).
-double symmetric_product_flops(int64_t k, int64_t inner) {
+// The FLOPs of symmetric_product for a k×inner R in blocks of `block` rows: each block of rows
+// [i0, i1) multiplied against rows [0, i1).
+double symmetric_product_flops(int64_t k, int64_t inner, int64_t block) {
   double flops = 0;
-  for (int64_t i0 = 0; i0 < k; i0 += kSymmetricBlock) {
-    const int64_t i1 = std::min(k, i0 + kSymmetricBlock);
+  for (int64_t i0 = 0; i0 < k; i0 += block) {
+    const int64_t i1 = std::min(k, i0 + block);
     flops +=
         2.0 * static_cast<double>(i1 - i0) * static_cast<double>(i1) * static_cast<double>(inner);
   }
@@ -120,10 +118,15 @@ double frobenius_norm(const float* G, int64_t n, double* partial) {
 
 }  // namespace
 
-double newton_schulz_flops(int64_t rows, int64_t cols, int64_t steps) {
+int64_t newton_schulz_block_rows(int threads) {
+  return threads <= 1 ? 96 : 192;
+}
+
+double newton_schulz_flops(int64_t rows, int64_t cols, int64_t steps, int threads) {
   const int64_t k = std::min(rows, cols), n = std::max(rows, cols);
-  const double per_step = symmetric_product_flops(k, n)    // A = W·Wᵀ
-                          + symmetric_product_flops(k, k)  // B += c·A·A
+  const int64_t block = newton_schulz_block_rows(threads);
+  const double per_step = symmetric_product_flops(k, n, block)    // A = W·Wᵀ
+                          + symmetric_product_flops(k, k, block)  // B += c·A·A
                           + 2.0 * static_cast<double>(k) * static_cast<double>(k) *
                                 static_cast<double>(n);  // X' += B·W
   return static_cast<double>(steps) * per_step;
@@ -151,7 +154,7 @@ void newton_schulz5(const float* G, int64_t rows, int64_t cols, int steps, float
   ProfileScope scope(
       "newton_schulz",
       ws.precision == Precision::kBf16 ? "newton_schulz5.bf16" : "newton_schulz5.fp32",
-      {rows, cols, steps}, newton_schulz_flops(rows, cols, steps),
+      {rows, cols, steps}, newton_schulz_flops(rows, cols, steps, ThreadPool::current().size()),
       4.0 * static_cast<double>(rows * cols) * (2.0 + 3.0 * steps));
   ws.reserve(rows, cols);
   const int64_t n = rows * cols;
