@@ -425,7 +425,8 @@ TEST(Gemm, Bf16ARowsReadInPlaceGiveThePackedProductsBits) {
 }
 
 // A kernel that finishes a tile's last K block itself, from its registers
-// (MicroKernel::fn_finishing: the vector kernels, for products without an epilogue) or by storing
+// (MicroKernel::fn_finishing: the vector kernels, for products without an epilogue or with an
+// addend alone) or by storing
 // the sum straight into C where finishing would copy it (fn_to_c: AMX's tile stores, for alpha
 // 1, beta 0), gives the bits of the same kernel storing every tile's sum and finishing it from
 // the accumulator, within the reference's bound: whole and partial tiles, one K block and
@@ -465,6 +466,14 @@ TEST(Gemm, TilesFinishedInTheKernelGiveTheFinishedBits) {
               {PackSource::kF32ToBf16, p.A.data()}};
           if (ta == Trans::kNo)
             inputs.push_back({{PackSource::kBf16, PackSource::kF32ToBf16}, a16.data()});
+          // An addend (Newton–Schulz's a·X), the one epilogue finished in the kernel too.
+          const int64_t ld_d = N + 5;
+          std::mt19937 rng(seed + 3000);
+          const std::vector<float> d = random_matrix(static_cast<size_t>(M * ld_d), rng);
+          GemmEpilogue add;
+          add.addend = d.data();
+          add.ld_addend = ld_d;
+          add.addend_scale = -0.625f;
           for (const auto& [sources, a] : inputs) {
             std::vector<float> in_kernel = p.start_c(), finished = p.start_c();
             gemm_run(kernel, blocking, sources, p.ta, p.tb, M, N, K, alpha, a, p.lda, p.B.data(),
@@ -479,6 +488,22 @@ TEST(Gemm, TilesFinishedInTheKernelGiveTheFinishedBits) {
             expect_close(p, in_kernel, want, Bound{p, true}, describe(kernel, p, what));
             EXPECT_TRUE(same_bits(in_kernel, finished))
                 << describe(kernel, p, what) << " vs finished";
+            std::vector<float> added_in_kernel = p.start_c(), added_finished = p.start_c();
+            gemm_run(kernel, blocking, sources, p.ta, p.tb, M, N, K, alpha, a, p.lda, p.B.data(),
+                     p.ldb, beta, added_in_kernel.data(), p.ldc, &add);
+            gemm_run(finishing, blocking, sources, p.ta, p.tb, M, N, K, alpha, a, p.lda, p.B.data(),
+                     p.ldb, beta, added_finished.data(), p.ldc, &add);
+            EXPECT_TRUE(same_bits(added_in_kernel, added_finished))
+                << describe(kernel, p, what) << " with an addend vs finished";
+            // And the addend is there: its fma on the plain product's bits.
+            for (int64_t i = 0; i < M; ++i) {
+              for (int64_t j = 0; j < N; ++j) {
+                const size_t at = static_cast<size_t>(i * p.ldc + j);
+                ASSERT_EQ(added_in_kernel[at],
+                          std::fma(-0.625f, d[static_cast<size_t>(i * ld_d + j)], in_kernel[at]))
+                    << describe(kernel, p, what) << " " << i << "," << j;
+              }
+            }
           }
         }
       }

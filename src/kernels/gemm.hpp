@@ -49,6 +49,14 @@ struct GemmEpilogue {
   // For a result that only bf16 products read (they would round it as they pack it): half the
   // bytes written, and its readers read half, with the same bits.
   bool c_bf16_only = false;
+
+  // The addend and nothing else: what a kernel finishing tiles in its registers also does
+  // (MicroKernel::fn_finishing). A new field above belongs in this test too.
+  bool addend_only() const {
+    return addend != nullptr && relu_squared_output == nullptr &&
+           relu_squared_output_bf16 == nullptr && !relu_squared && c_bf16 == nullptr &&
+           !c_bf16_only;
+  }
 };
 
 void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

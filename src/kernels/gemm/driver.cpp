@@ -228,8 +228,11 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
       (epilogue->ld_c_bf16 % 32 == 0 && reinterpret_cast<uintptr_t>(epilogue->c_bf16) % 64 == 0);
   const bool stream_c = kernel.stream != nullptr && beta == 0.0f && M * N * 4 >= kStreamBytes &&
                         ldc % 16 == 0 && reinterpret_cast<uintptr_t>(C) % 64 == 0 && copy_aligned;
-  // Without an epilogue (and not streamed) a tile's last K block finishes from the registers.
-  const bool finish_in_kernel = kernel.fn_finishing != nullptr && epilogue == nullptr && !stream_c;
+  // Without an epilogue, or with an addend alone (and not streamed), a tile's last K block
+  // finishes from the registers.
+  const bool addend_only = epilogue != nullptr && epilogue->addend_only();
+  const bool finish_in_kernel =
+      kernel.fn_finishing != nullptr && (epilogue == nullptr || addend_only) && !stream_c;
   // Where finishing would copy the sum unchanged, a kernel that can stores a whole tile's sum
   // in C itself (fn_to_c: AMX's tile stores), skipping the accumulator's round trip.
   const bool sum_to_c = kernel.fn_to_c != nullptr && alpha == 1.0f && beta == 0.0f &&
@@ -359,8 +362,14 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                 continue;
               }
               if (last && finish_in_kernel) {
+                TileFinish finish{alpha, beta, c, ldc, tile_rows, tile_cols};
+                if (addend_only) {
+                  finish.addend = epilogue->addend + ip * epilogue->ld_addend + s0 + jp;
+                  finish.ld_addend = epilogue->ld_addend;
+                  finish.addend_scale = epilogue->addend_scale;
+                }
                 kernel.fn_finishing(kc, a, a_rows_here ? lda * a_bytes : 0, b, acc, ld_acc, !first,
-                                    alpha, beta, c, ldc, tile_rows, tile_cols);
+                                    finish);
                 continue;
               }
               if (a_rows_here) {

@@ -24,16 +24,26 @@ namespace nanogpt {
 using MicroKernelFn = void (*)(int64_t kc, const void* a, const void* b, float* acc, int64_t ld_acc,
                                bool accumulate);
 
-// The micro-kernel's sum, then the tile finished from the registers: C[0:rows, 0:cols] =
-// alpha·acc + beta·C (beta == 0 never reads C) with the arithmetic of the kernel's FinishFn, so
-// the same bits, without storing the accumulator and reading it back. For a tile's last K block
-// when the product has no epilogue; `acc` is only read (when accumulate is set). A is a packed
-// micro-panel when lda_bytes is 0, else whole rows read in place as fn_a_rows reads them (only
-// for a kernel that has fn_a_rows).
+// What a finishing kernel (below) writes: C[0:rows, 0:cols] = alpha·acc + beta·C (beta == 0
+// never reads C) + addend_scale·addend (addend null: nothing added; GemmEpilogue's addend at
+// this tile), with the arithmetic of the kernel's FinishFn.
+struct TileFinish {
+  float alpha = 1.0f, beta = 0.0f;
+  float* c = nullptr;
+  int64_t ldc = 0, rows = 0, cols = 0;
+  const float* addend = nullptr;
+  int64_t ld_addend = 0;
+  float addend_scale = 0.0f;
+};
+
+// The micro-kernel's sum, then the tile finished from the registers as `finish` says, so the
+// same bits as storing the sum and finishing it, without storing the accumulator and reading it
+// back. For a tile's last K block when the product's epilogue is at most an addend; `acc` is
+// only read (when accumulate is set). A is a packed micro-panel when lda_bytes is 0, else whole
+// rows read in place as fn_a_rows reads them (only for a kernel that has fn_a_rows).
 using MicroKernelFinishingFn = void (*)(int64_t kc, const void* a, int64_t lda_bytes, const void* b,
                                         const float* acc, int64_t ld_acc, bool accumulate,
-                                        float alpha, float beta, float* c, int64_t ldc,
-                                        int64_t rows, int64_t cols);
+                                        const TileFinish& finish);
 
 // The micro-kernel with A's micro-panel read where A is stored instead of packed: mr rows of
 // bf16, k contiguous, rows lda_bytes apart, kc values from `a` on (for a kernel that can read
@@ -107,7 +117,8 @@ struct MicroKernel {
   PackTable pack_a = {};
   PackTable pack_b = {};
   FinishFn finish = nullptr;
-  // Optional: fn and finish in one call (above), for a tile's last K block without an epilogue.
+  // Optional: fn and finish in one call (above), for a tile's last K block whose epilogue is at
+  // most an addend.
   MicroKernelFinishingFn fn_finishing = nullptr;
   // Optional: fn reading whole micro-panels of a bf16, k-contiguous A in place (above); the
   // driver uses it where K is a multiple of k_step and packs only a last, partial panel.

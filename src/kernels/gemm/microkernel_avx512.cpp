@@ -18,13 +18,13 @@ namespace {
 constexpr int64_t kMR = 8, kNR = 32;
 
 // The sum over kc values of k into 16 registers, then either stored to acc or, kFinish, the
-// tile finished into C as finish_tile_avx512 computes it (alpha·acc, then fma(beta, C, ·)).
+// tile finished into C as finish_tile_avx512 computes it (alpha·acc, then fma(beta, C, ·), then
+// fma(addend_scale, addend, ·)).
 template <bool kFinish>
 NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const float* a, const float* b,
                                                       const float* acc_in, float* acc_out,
-                                                      int64_t ld_acc, bool accumulate, float alpha,
-                                                      float beta, float* c, int64_t ldc,
-                                                      int64_t rows, int64_t cols) {
+                                                      int64_t ld_acc, bool accumulate,
+                                                      const TileFinish* finish) {
   __m512 t[kMR][2];
   start_tile_registers<kMR>(t, acc_in, ld_acc, accumulate);
   // A's micro-panel streams from L2 past the B panel held in L1: fetched 16 k steps (two
@@ -46,22 +46,21 @@ NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const float* a
       t[r][1] = _mm512_fmadd_ps(ar, b1, t[r][1]);
     }
   }
-  end_tile_registers<kFinish, kMR>(t, acc_out, ld_acc, alpha, beta, c, ldc, rows, cols);
+  end_tile_registers<kFinish, kMR>(t, acc_out, ld_acc, finish);
 }
 
 NANOGPT_TARGET_AVX512 void kernel(int64_t kc, const void* a, const void* b, float* acc,
                                   int64_t ld_acc, bool accumulate) {
   tile<false>(kc, static_cast<const float*>(a), static_cast<const float*>(b), acc, acc, ld_acc,
-              accumulate, 0.0f, 0.0f, nullptr, 0, 0, 0);
+              accumulate, nullptr);
 }
 
 // A is always packed here (the kernel has no fn_a_rows): lda_bytes is 0.
 NANOGPT_TARGET_AVX512 void kernel_finishing(int64_t kc, const void* a, int64_t /*lda_bytes*/,
                                             const void* b, const float* acc, int64_t ld_acc,
-                                            bool accumulate, float alpha, float beta, float* c,
-                                            int64_t ldc, int64_t rows, int64_t cols) {
+                                            bool accumulate, const TileFinish& finish) {
   tile<true>(kc, static_cast<const float*>(a), static_cast<const float*>(b), acc, nullptr, ld_acc,
-             accumulate, alpha, beta, c, ldc, rows, cols);
+             accumulate, &finish);
 }
 
 layout::Layout a_layout(int64_t rows, int64_t k) {

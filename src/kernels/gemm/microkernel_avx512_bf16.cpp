@@ -27,8 +27,7 @@ NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const void
                                                           int64_t lda_bytes, const void* b_v,
                                                           const float* acc_in, float* acc_out,
                                                           int64_t ld_acc, bool accumulate,
-                                                          float alpha, float beta, float* c,
-                                                          int64_t ldc, int64_t rows, int64_t cols) {
+                                                          const TileFinish* finish) {
   const char* a = static_cast<const char*>(a_v);
   const bf16* b = static_cast<const bf16*>(b_v);
   __m512 t[kMR][2];
@@ -56,31 +55,27 @@ NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const void
       for (const char*& p : rows_at) p += 4;
     }
   }
-  end_tile_registers<kFinish, kMR>(t, acc_out, ld_acc, alpha, beta, c, ldc, rows, cols);
+  end_tile_registers<kFinish, kMR>(t, acc_out, ld_acc, finish);
 }
 
 NANOGPT_TARGET_AVX512BF16 void kernel(int64_t kc, const void* a, const void* b, float* acc,
                                       int64_t ld_acc, bool accumulate) {
-  tile<false, false>(kc, a, 0, b, acc, acc, ld_acc, accumulate, 0.0f, 0.0f, nullptr, 0, 0, 0);
+  tile<false, false>(kc, a, 0, b, acc, acc, ld_acc, accumulate, nullptr);
 }
 
 NANOGPT_TARGET_AVX512BF16 void kernel_a_rows(int64_t kc, const void* a, int64_t lda_bytes,
                                              const void* b, float* acc, int64_t ld_acc,
                                              bool accumulate) {
-  tile<false, true>(kc, a, lda_bytes, b, acc, acc, ld_acc, accumulate, 0.0f, 0.0f, nullptr, 0, 0,
-                    0);
+  tile<false, true>(kc, a, lda_bytes, b, acc, acc, ld_acc, accumulate, nullptr);
 }
 
 NANOGPT_TARGET_AVX512BF16 void kernel_finishing(int64_t kc, const void* a, int64_t lda_bytes,
                                                 const void* b, const float* acc, int64_t ld_acc,
-                                                bool accumulate, float alpha, float beta, float* c,
-                                                int64_t ldc, int64_t rows, int64_t cols) {
+                                                bool accumulate, const TileFinish& finish) {
   if (lda_bytes != 0) {
-    tile<true, true>(kc, a, lda_bytes, b, acc, nullptr, ld_acc, accumulate, alpha, beta, c, ldc,
-                     rows, cols);
+    tile<true, true>(kc, a, lda_bytes, b, acc, nullptr, ld_acc, accumulate, &finish);
   } else {
-    tile<true, false>(kc, a, 0, b, acc, nullptr, ld_acc, accumulate, alpha, beta, c, ldc, rows,
-                      cols);
+    tile<true, false>(kc, a, 0, b, acc, nullptr, ld_acc, accumulate, &finish);
   }
 }
 
