@@ -191,6 +191,25 @@ TEST(Bf16, ScalarVectorAndInstructionFormsAgreeBitForBit) {
   }
 }
 
+// The row form (the clone for this CPU) against the scalar one, on every special class and the
+// random and targeted patterns, at lengths and offsets that leave partial vectors.
+TEST(Bf16, RowRoundingMatchesScalarBitForBit) {
+  std::vector<float> x;
+  for (const auto& [name, u] : special_classes()) x.push_back(from_bits(u));
+  for (uint32_t u : test_patterns()) x.push_back(from_bits(u));
+  std::vector<bf16> out(x.size());
+  for (const size_t offset : {size_t{0}, size_t{3}}) {
+    const int64_t n = static_cast<int64_t>(x.size() - offset - 5);
+    std::fill(out.begin(), out.end(), bf16{0x5555});
+    round_to_bf16(x.data() + offset, n, out.data() + offset);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const bool inside = i >= offset && i < offset + static_cast<size_t>(n);
+      const uint16_t want = inside ? to_bf16_bits(x[i]) : uint16_t{0x5555};
+      ASSERT_EQ(out[i].bits, want) << "at " << i << " offset " << offset;
+    }
+  }
+}
+
 TEST(Bf16, VectorRoundingMatchesScalarBitForBit) {
   const CpuInfo& cpu = cpu_info();
   if (!cpu.avx512f || !cpu.avx512bw || !cpu.avx512vl) GTEST_SKIP() << "no AVX-512BW/VL";

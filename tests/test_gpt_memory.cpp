@@ -89,9 +89,10 @@ TEST(GptMemory, KernelScratchLivesInTheModelsWorkspace) {
 
 // The README's count (docs/ARCHITECTURE.md, "Memory"): per token, each layer keeps 9·d + 1
 // floats for the residual stream and the MLP, and an attention layer d + 7·H·D + 3·H + 1 more;
-// the model keeps (9 + L/2)·d + 6·H·D + 2 floats of its own (x0, the final norm, the backward's
+// the model keeps (9 + L/2)·d + 4·H·D + 2 floats of its own (x0, the final norm, the backward's
 // buffers, the U-net's skip gradients) and 16 bytes of token, document and position. With bf16
-// products, h and dh are stored in bf16: 8·d·(L + 1) bytes fewer.
+// products, h and dh are stored in bf16, 8·d·(L + 1) bytes fewer, and the qkv projection's
+// output gradient is kept rounded beside attention's, 2·3·H·D bytes more (H_kv = H).
 TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   Config c = micro_config();  // layer 3 without attention
   set_config_value(c, "precision=fp32");
@@ -100,7 +101,7 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   EXPECT_EQ(model.activation_bytes(), 0u);
   const int64_t T = 256, d = c.model_dim, HD = c.num_heads * c.head_dim, H = c.num_heads;
   const int64_t L = c.num_layers;
-  int64_t floats = (9 + L / 2) * d + 6 * HD + 2;
+  int64_t floats = (9 + L / 2) * d + 4 * HD + 2;
   for (int64_t i = 0; i < L; ++i) {
     floats += 9 * d + 1;
     if (c.has_attention(i)) floats += d + 7 * HD + 3 * H + 1;
@@ -109,13 +110,14 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   model.forward_backward(b.inputs, b.targets, 1, 1.0f / T, 128);
   EXPECT_EQ(model.activation_bytes(), static_cast<size_t>(T * (4 * floats + 16)));
 
-  // With bf16 products, h (every layer) and dh (once) are stored rounded: 2 bytes a value.
+  // With bf16 products, h (every layer) and dh (once) are stored rounded: 2 bytes a value; and
+  // the gradient of qkv_raw (once) is kept rounded as well as attention's own in fp32.
   set_config_value(c, "precision=bf16");
   Gpt rounded(c);
   rounded.init_parameters(3);
   rounded.forward_backward(b.inputs, b.targets, 1, 1.0f / T, 128);
   EXPECT_EQ(rounded.activation_bytes(),
-            static_cast<size_t>(T * (4 * floats + 16 - 2 * 4 * d * (L + 1))));
+            static_cast<size_t>(T * (4 * floats + 16 - 2 * 4 * d * (L + 1) + 2 * 3 * HD)));
 }
 
 // A cached forward (decoding, scoring) keeps one block's activations, whichever layer runs, plus

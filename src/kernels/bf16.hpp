@@ -59,4 +59,8 @@ inline float round_to_bf16(float f) {
   return to_float(to_bf16(f));
 }
 
+// out[i] = to_bf16(x[i]) for n values: a row stored rounded for the products that read it
+// (model/block_ops.hpp, ProductRows). Compiled per ISA (bf16.cpp), the same bits as to_bf16.
+void round_to_bf16(const float* x, int64_t n, bf16* out);
+
 }  // namespace nanogpt

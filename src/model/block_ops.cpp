@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -300,13 +301,16 @@ void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTabl
 }
 
 template <class Real>
-std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s,
-                                                    const RotaryTableT<Real>& rotary,
-                                                    const int64_t* pos, const int32_t* tokens,
-                                                    const Real* ve, Real* dve, Real la0, Real la1,
-                                                    const Real* raw, const Real* rstd_qk,
-                                                    const Real* qkv, Real* scratch, Real* dqkv) {
+std::array<double, 2> qk_norm_rotary_v_mix_backward(
+    int64_t T, const QkvShape& s, const RotaryTableT<Real>& rotary, const int64_t* pos,
+    const int32_t* tokens, const Real* ve, Real* dve, Real la0, Real la1, const Real* raw,
+    const Real* rstd_qk, const Real* qkv, Real* dqkv, bf16* dqkv_rounded) {
   const int64_t row = s.row(), heads = s.Hq + s.Hkv, v_at = heads * s.D, kv = s.kv_width();
+  if constexpr (!std::is_same_v<Real, float>) {
+    if (dqkv_rounded != nullptr) {
+      throw std::invalid_argument("qk_norm_rotary_v_mix_backward: a rounded output is for float");
+    }
+  }
   // Tokens repeat, so rows of the value embedding's gradient are shared: each element is
   // accumulated in token order, before the parallel pass rescales dv. Threads take disjoint
   // column ranges, so that order, and the bits, do not depend on the thread count.
@@ -324,26 +328,38 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s
         });
   }
   std::vector<std::array<double, 2>> dla(static_cast<size_t>(row_blocks(T)));
-  for_row_blocks("qk_norm.rotary.v_mix.bwd", T, 3 * row, [&](int64_t b, int64_t t0, int64_t t1) {
-    double dla0 = 0, dla1 = 0;
-    for (int64_t t = t0; t < t1; ++t) {
-      Real* drow = &dqkv[t * row];
-      const Real* in = &raw[t * row];
-      const Real* vrow = ve == nullptr ? nullptr : ve + tokens[t] * kv;
-      dla0 += dot_double(drow + v_at, in + v_at, kv);
-      if (vrow != nullptr) dla1 += dot_double(drow + v_at, vrow, kv);
-      scaled_copy(kv, la0, drow + v_at, drow + v_at);
-      // q, k: undo the rotation on the gradient, then the per-head norm. y is the token's
-      // normalised q, k before RoPE, in the block's first row of scratch: one row, reused by the
-      // block's tokens, stays in L1 where a row per token would be written out to memory.
-      rotary.apply_inverse(drow, heads, pos[t]);
-      Real* y = &scratch[t0 * v_at];
-      std::memcpy(y, &qkv[t * row], v_at * sizeof(Real));
-      rotary.apply_inverse(y, heads, pos[t]);
-      rmsnorm_backward(y, s.D, &rstd_qk[t * heads], drow, s.D, drow, s.D, heads, s.D, false);
-    }
-    dla[static_cast<size_t>(b)] = {dla0, dla1};
-  });
+  const bool rounded = dqkv_rounded != nullptr;
+  for_row_blocks("qk_norm.rotary.v_mix.bwd", T, rounded ? 5 * row / 2 : 3 * row,
+                 [&](int64_t b, int64_t t0, int64_t t1) {
+                   double dla0 = 0, dla1 = 0;
+                   // Rows reused by the block's tokens, which stay in L1: y, the token's normalised
+                   // q, k before RoPE, and, with a rounded output, the row being worked on (so that
+                   // dqkv's rows are only read, not written back to memory).
+                   std::vector<Real> rows(static_cast<size_t>(v_at + (rounded ? row : 0)));
+                   Real* const y = rows.data();
+                   for (int64_t t = t0; t < t1; ++t) {
+                     Real* drow = &dqkv[t * row];
+                     if (rounded) {
+                       std::memcpy(y + v_at, drow, static_cast<size_t>(row) * sizeof(Real));
+                       drow = y + v_at;
+                     }
+                     const Real* in = &raw[t * row];
+                     const Real* vrow = ve == nullptr ? nullptr : ve + tokens[t] * kv;
+                     dla0 += dot_double(drow + v_at, in + v_at, kv);
+                     if (vrow != nullptr) dla1 += dot_double(drow + v_at, vrow, kv);
+                     scaled_copy(kv, la0, drow + v_at, drow + v_at);
+                     // q, k: undo the rotation on the gradient, then the per-head norm.
+                     rotary.apply_inverse(drow, heads, pos[t]);
+                     std::memcpy(y, &qkv[t * row], v_at * sizeof(Real));
+                     rotary.apply_inverse(y, heads, pos[t]);
+                     rmsnorm_backward(y, s.D, &rstd_qk[t * heads], drow, s.D, drow, s.D, heads, s.D,
+                                      false);
+                     if constexpr (std::is_same_v<Real, float>) {
+                       if (rounded) round_to_bf16(drow, row, &dqkv_rounded[t * row]);
+                     }
+                   }
+                   dla[static_cast<size_t>(b)] = {dla0, dla1};
+                 });
   return sum_blocks(dla);
 }
 
@@ -390,7 +406,7 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s
       const Real*, Real, Real, const Real*, Real*, Real*);                                         \
   template std::array<double, 2> qk_norm_rotary_v_mix_backward<Real>(                              \
       int64_t, const QkvShape&, const RotaryTableT<Real>&, const int64_t*, const int32_t*,         \
-      const Real*, Real*, Real, Real, const Real*, const Real*, const Real*, Real*, Real*);
+      const Real*, Real*, Real, Real, const Real*, const Real*, const Real*, Real*, bf16*);
 
 NANOGPT_INSTANTIATE_BLOCK_OPS(float)
 NANOGPT_INSTANTIATE_BLOCK_OPS(double)

@@ -126,16 +126,15 @@ template <class Real>
 void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTableT<Real>& rotary,
                                   const int64_t* pos, const int32_t* tokens, const Real* ve,
                                   Real la0, Real la1, const Real* raw, Real* rstd_qk, Real* qkv);
-// Backward: dqkv (attention's input gradients) becomes the gradient of raw, in place;
-// dve[tokens[t]] += λa1·dv (in token order). qkv is the forward's output, scratch a
-// [T, (Hq + Hkv)·D] buffer (of which one row per block of rows is used). Returns Σ dv·v_raw and Σ
-// dv·ve (the attention lambdas' gradients).
+// Backward: dqkv (attention's input gradients) becomes the gradient of raw, in place, or, where
+// dqkv_rounded is set, goes there rounded to bf16 and dqkv is only read (the gradient of raw is
+// read only by the qkv projection's products, which would round it as they pack it: half the
+// bytes, and the same bits); dve[tokens[t]] += λa1·dv (in token order). qkv is the forward's
+// output. Returns Σ dv·v_raw and Σ dv·ve (the attention lambdas' gradients).
 template <class Real>
-std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s,
-                                                    const RotaryTableT<Real>& rotary,
-                                                    const int64_t* pos, const int32_t* tokens,
-                                                    const Real* ve, Real* dve, Real la0, Real la1,
-                                                    const Real* raw, const Real* rstd_qk,
-                                                    const Real* qkv, Real* scratch, Real* dqkv);
+std::array<double, 2> qk_norm_rotary_v_mix_backward(
+    int64_t T, const QkvShape& s, const RotaryTableT<Real>& rotary, const int64_t* pos,
+    const int32_t* tokens, const Real* ve, Real* dve, Real la0, Real la1, const Real* raw,
+    const Real* rstd_qk, const Real* qkv, Real* dqkv, bf16* dqkv_rounded = nullptr);
 
 }  // namespace nanogpt

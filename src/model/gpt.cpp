@@ -260,13 +260,13 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len, bool cached) {
   if (cached) return;  // no backward follows a cached forward
   resize(dx_, T * d);
   resize(dx0_, T * d);
-  resize(dtmp_, T * (s.Hq + s.Hkv) * s.D);
   if (product_rows_rounded()) {
     resize(dh_rounded_, T * 4 * d);
   } else {
     resize(dh_, T * 4 * d);
   }
   resize(dqkv_, T * s.row());
+  if (product_rows_rounded()) resize(dqkv_rounded_, T * s.row());
   resize(dattn_, T * HD);
   resize(dnorm_, T * d);
   if (!config_.moe_layers.empty()) {
@@ -298,12 +298,12 @@ size_t GptT<Real>::activation_bytes() const {
     total += bytes_of(A.h_rounded) + bytes_of(A.expert_ids) + bytes_of(A.plan.offsets) +
              bytes_of(A.plan.entry_of_row) + bytes_of(A.plan.row_of_entry);
   }
-  for (const AlignedVector<Real>* v : {&dx_, &dx0_, &dtmp_, &dh_, &dqkv_, &dattn_, &dnorm_, &dye_,
-                                       &dhe_, &dxe_, &dgates_, &dlogits_}) {
+  for (const AlignedVector<Real>* v :
+       {&dx_, &dx0_, &dh_, &dqkv_, &dattn_, &dnorm_, &dye_, &dhe_, &dxe_, &dgates_, &dlogits_}) {
     total += bytes_of(*v);
   }
   for (const AlignedVector<Real>& v : dskip_) total += bytes_of(v);
-  return total + bytes_of(dh_rounded_);
+  return total + bytes_of(dh_rounded_) + bytes_of(dqkv_rounded_);
 }
 
 template <class Real>
@@ -331,6 +331,17 @@ ProductRows<Real> GptT<Real>::hidden_gradient() {
     dh.values = dh_.data();
   }
   return dh;
+}
+
+template <class Real>
+ProductRows<Real> GptT<Real>::qkv_gradient() {
+  ProductRows<Real> dqkv;
+  if (product_rows_rounded()) {
+    dqkv.rounded = dqkv_rounded_.data();
+  } else {
+    dqkv.values = dqkv_.data();
+  }
+  return dqkv;
 }
 
 template <class Real>
@@ -761,15 +772,17 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       model_attention_backward(attention_args(i, A, window_blocks_, nullptr, 0, T),
                                A.attn_out.data(), A.lse.data(), dattn_.data(), dq,
                                dq + qkv.q_width(), dq + qkv.q_width() + qkv.kv_width());
+      // The gradient of qkv_raw, read only by the projection's products (qkv_gradient).
+      const ProductRows<Real> draw = qkv_gradient();
       const std::array<double, 2> dla = qk_norm_rotary_v_mix_backward(
           T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed, g.value_embed,
           w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(), A.rstd_qk.data(), A.qkv.data(),
-          dtmp_.data(), dqkv_.data());
+          dqkv_.data(), draw.rounded);
       g.attn_lambdas[0] += static_cast<Real>(dla[0]);
       g.attn_lambdas[1] += static_cast<Real>(dla[1]);
-      linear_backward_weight(precision_, "attn.qkv.dW", T, d, qkv.row(), dqkv_.data(),
-                             A.norm1.data(), g.qkv_w);
-      linear_backward_input(precision_, "attn.qkv.dX", T, d, qkv.row(), dqkv_.data(), w.qkv_w,
+      linear_backward_weight(precision_, "attn.qkv.dW", T, d, qkv.row(), draw, A.norm1.data(),
+                             g.qkv_w);
+      linear_backward_input(precision_, "attn.qkv.dX", T, d, qkv.row(), draw, w.qkv_w,
                             dnorm_.data());
       rmsnorm_rows_backward("norm1.bwd", T, d, A.norm1.data(), A.rstd1.data(), dnorm_.data(), dx,
                             true);

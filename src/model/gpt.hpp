@@ -271,10 +271,14 @@ class GptT {
   LayerActivations inference_;
   AlignedVector<Real> final_norm_, rstd_final_;
   // Backward scratch.
-  AlignedVector<Real> dx_, dx0_, dtmp_, dh_, dqkv_, dattn_, dnorm_;
+  AlignedVector<Real> dx_, dx0_, dh_, dqkv_, dattn_, dnorm_;
   // The gradient of c_fc's output, read only by c_fc's two products: with bf16 products on
   // float, stored rounded here instead of in dh_ (hidden_gradient()).
   AlignedVector<bf16> dh_rounded_;
+  // The gradient of the qkv projection's output, read only by its two products: with bf16
+  // products on float, qk_norm.rotary.v_mix's backward writes it here, rounded, and dqkv_ keeps
+  // attention's gradients (qkv_gradient()).
+  AlignedVector<bf16> dqkv_rounded_;
   AlignedVector<Real> dye_, dhe_, dxe_, dgates_, dlogits_;  // MoE blocks'
   std::vector<AlignedVector<Real>> dskip_;
   // Whether activations and gradients that only products read are stored rounded to bf16
@@ -282,6 +286,7 @@ class GptT {
   bool product_rows_rounded() const;
   ProductRows<Real> hidden(LayerActivations& A) const;  // the MLP's h
   ProductRows<Real> hidden_gradient();
+  ProductRows<Real> qkv_gradient();
   // Held by pointer so the model stays movable (a Workspace is not).
   std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>("model");
 };
