@@ -57,26 +57,21 @@ std::array<double, k> sum_blocks(const std::vector<std::array<double, k>>& parti
 template <class Real>
 void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
                     const Real* x, const Real* W, Real beta, Real* y,
-                    const ReluSquaredEpilogue<Real>& epilogue, const PackedB* packed) {
+                    const ProductEpilogue<Real>& epilogue, const PackedB* packed) {
   if constexpr (std::is_same_v<Real, float>) {
     if (packed != nullptr) {
       model_gemm_packed(name, T, x, *packed, beta, y, epilogue);
       return;
     }
   }
-  if (epilogue.relu_squared) {
-    model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, Real(1), x, n_in, W, n_in,
-               beta, y, n_out, epilogue);
-  } else {
-    model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, Real(1), x, n_in, W, n_in,
-               beta, y, n_out);
-  }
+  model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, Real(1), x, n_in, W, n_in,
+             beta, y, n_out, epilogue);
 }
 
 template <class Real>
 void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
                     const Real* x, const Real* W, ProductRows<Real> y,
-                    const ReluSquaredEpilogue<Real>& epilogue, const PackedB* packed) {
+                    const ProductEpilogue<Real>& epilogue, const PackedB* packed) {
   if constexpr (std::is_same_v<Real, float>) {
     if (y.rounded != nullptr) {
       if (packed != nullptr) {
@@ -93,19 +88,20 @@ void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_
 
 template <class Real>
 void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
-                    ProductRows<Real> x, const Real* W, Real beta, Real* y, const PackedB* packed) {
+                    ProductRows<Real> x, const Real* W, Real beta, Real* y,
+                    const ProductEpilogue<Real>& epilogue, const PackedB* packed) {
   if constexpr (std::is_same_v<Real, float>) {
     if (x.rounded != nullptr) {
       if (packed != nullptr) {
-        model_gemm_packed(name, T, x.rounded, *packed, beta, y, {});
+        model_gemm_packed(name, T, x.rounded, *packed, beta, y, epilogue);
       } else {
         model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, 1.0f, x.rounded, n_in,
-                   W, n_in, beta, y, n_out);
+                   W, n_in, beta, y, n_out, epilogue);
       }
       return;
     }
   }
-  linear_forward(precision, name, T, n_in, n_out, x.values, W, beta, y, {}, packed);
+  linear_forward(precision, name, T, n_in, n_out, x.values, W, beta, y, epilogue, packed);
 }
 
 template <class Real>
@@ -118,7 +114,7 @@ void linear_backward_weight(Precision precision, const char* name, int64_t T, in
 template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, const Real* dy, const Real* W, Real* dx,
-                           const ReluSquaredEpilogue<Real>& epilogue) {
+                           const ProductEpilogue<Real>& epilogue) {
   if (epilogue.relu_squared_output != nullptr) {
     model_gemm(precision, name, Trans::kNo, Trans::kNo, T, n_in, n_out, Real(1), dy, n_out, W, n_in,
                Real(0), dx, n_in, epilogue);
@@ -131,7 +127,7 @@ void linear_backward_input(Precision precision, const char* name, int64_t T, int
 template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, const Real* dy, const Real* W, ProductRows<Real> dx,
-                           const ReluSquaredEpilogue<Real>& epilogue) {
+                           const ProductEpilogue<Real>& epilogue) {
   if constexpr (std::is_same_v<Real, float>) {
     if (dx.rounded != nullptr) {
       model_gemm(precision, name, Trans::kNo, Trans::kNo, T, n_in, n_out, 1.0f, dy, n_out, W, n_in,
@@ -210,25 +206,26 @@ template <class Real>
 void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* skip_src, Real skip,
                           const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
                           Real* norm, Real* rstd) {
-  for_row_blocks("residual_mix.norm1", T, 4 * d, [&](int64_t, int64_t t0, int64_t t1) {
-    // The optional inputs are tested once per block, not per element (a select between
-    // pointers inside the loop kept it scalar: perf, 2026-11-26).
-    const int64_t j0 = t0 * d, len = (t1 - t0) * d;
-    const size_t bytes = static_cast<size_t>(len) * sizeof(Real);
-    if (skip_src != nullptr) {
-      add_scaled(len, x_prev + j0, skip, skip_src + j0, x_in + j0);
-    } else {
-      std::memcpy(x_in + j0, x_prev + j0, bytes);
-    }
-    if (x0 != nullptr) {
-      weighted_sum(len, l0, x_in + j0, l1, x0 + j0, x_mix + j0);
-    } else {
-      std::memcpy(x_mix + j0, x_in + j0, bytes);
-    }
-    std::memcpy(x_res + j0, x_mix + j0, bytes);
-    if (norm != nullptr)
-      rmsnorm_forward(&x_mix[t0 * d], d, &norm[t0 * d], d, &rstd[t0], t1 - t0, d);
-  });
+  for_row_blocks("residual_mix.norm1", T, (x_res != nullptr ? 4 : 3) * d,
+                 [&](int64_t, int64_t t0, int64_t t1) {
+                   // The optional inputs are tested once per block, not per element (a select
+                   // between pointers inside the loop kept it scalar: perf, 2026-11-26).
+                   const int64_t j0 = t0 * d, len = (t1 - t0) * d;
+                   const size_t bytes = static_cast<size_t>(len) * sizeof(Real);
+                   if (skip_src != nullptr) {
+                     add_scaled(len, x_prev + j0, skip, skip_src + j0, x_in + j0);
+                   } else {
+                     std::memcpy(x_in + j0, x_prev + j0, bytes);
+                   }
+                   if (x0 != nullptr) {
+                     weighted_sum(len, l0, x_in + j0, l1, x0 + j0, x_mix + j0);
+                   } else {
+                     std::memcpy(x_mix + j0, x_in + j0, bytes);
+                   }
+                   if (x_res != nullptr) std::memcpy(x_res + j0, x_mix + j0, bytes);
+                   if (norm != nullptr)
+                     rmsnorm_forward(&x_mix[t0 * d], d, &norm[t0 * d], d, &rstd[t0], t1 - t0, d);
+                 });
 }
 
 template <class Real>
@@ -366,24 +363,25 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
 #define NANOGPT_INSTANTIATE_BLOCK_OPS(Real)                                                        \
   template void linear_forward<Real>(Precision, const char*, int64_t, int64_t, int64_t,            \
                                      const Real*, const Real*, Real, Real*,                        \
-                                     const ReluSquaredEpilogue<Real>&, const PackedB*);            \
+                                     const ProductEpilogue<Real>&, const PackedB*);                \
   template void linear_backward_weight<Real>(Precision, const char*, int64_t, int64_t, int64_t,    \
                                              const Real*, const Real*, Real*);                     \
   template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
                                             const Real*, const Real*, Real*,                       \
-                                            const ReluSquaredEpilogue<Real>&);                     \
+                                            const ProductEpilogue<Real>&);                         \
   template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
                                             const Real*, const Real*, ProductRows<Real>,           \
-                                            const ReluSquaredEpilogue<Real>&);                     \
+                                            const ProductEpilogue<Real>&);                         \
   template void linear_backward_weight<Real>(Precision, const char*, int64_t, int64_t, int64_t,    \
                                              ProductRows<Real>, const Real*, Real*);               \
   template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
                                             ProductRows<Real>, const Real*, Real*);                \
   template void linear_forward<Real>(Precision, const char*, int64_t, int64_t, int64_t,            \
                                      const Real*, const Real*, ProductRows<Real>,                  \
-                                     const ReluSquaredEpilogue<Real>&, const PackedB*);            \
+                                     const ProductEpilogue<Real>&, const PackedB*);                \
   template void linear_forward<Real>(Precision, const char*, int64_t, int64_t, int64_t,            \
-                                     ProductRows<Real>, const Real*, Real, Real*, const PackedB*); \
+                                     ProductRows<Real>, const Real*, Real, Real*,                  \
+                                     const ProductEpilogue<Real>&, const PackedB*);                \
   template void linear_backward_weight<Real>(Precision, const char*, int64_t, int64_t, int64_t,    \
                                              const Real*, ProductRows<Real>, Real*);               \
   template void embed_norm_forward<Real>(int64_t, int64_t, const int32_t*, const Real*, Real*,     \

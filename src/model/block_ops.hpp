@@ -29,24 +29,25 @@ struct ProductRows {
   bf16* rounded = nullptr;
 };
 
-// y = x·Wᵀ + beta·y (beta 1: the product lands on a residual stream), with an optional relu²
-// epilogue (ReluSquaredEpilogue::relu_squared: y = relu²(x·Wᵀ), the MLP's c_fc). `packed`:
-// W already packed for the product (model/packed_weights.hpp; float only), or null.
+// y = x·Wᵀ + beta·y, then the epilogue: a residual (ProductEpilogue::residual R:
+// y = R + x·Wᵀ, a branch's projection landing on the residual stream) or relu²
+// (ProductEpilogue::relu_squared: y = relu²(x·Wᵀ), the MLP's c_fc). `packed`: W already packed
+// for the product (model/packed_weights.hpp; float only), or null.
 template <class Real>
 void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
                     const Real* x, const Real* W, Real beta, Real* y,
-                    const ReluSquaredEpilogue<Real>& epilogue = {},
-                    const PackedB* packed = nullptr);
+                    const ProductEpilogue<Real>& epilogue = {}, const PackedB* packed = nullptr);
 // The same into y as it is stored (beta 0): the MLP's h = relu²(x·Wᵀ), which only c_proj's
 // products and the relu² gradient read.
 template <class Real>
 void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
                     const Real* x, const Real* W, ProductRows<Real> y,
-                    const ReluSquaredEpilogue<Real>& epilogue, const PackedB* packed);
-// The same from x as it is stored, without an epilogue.
+                    const ProductEpilogue<Real>& epilogue, const PackedB* packed);
+// The same from x as it is stored.
 template <class Real>
 void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
-                    ProductRows<Real> x, const Real* W, Real beta, Real* y, const PackedB* packed);
+                    ProductRows<Real> x, const Real* W, Real beta, Real* y,
+                    const ProductEpilogue<Real>& epilogue, const PackedB* packed);
 // dW += dyᵀ·x.
 template <class Real>
 void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
@@ -56,13 +57,13 @@ void linear_backward_weight(Precision precision, const char* name, int64_t T, in
 template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, const Real* dy, const Real* W, Real* dx,
-                           const ReluSquaredEpilogue<Real>& epilogue = {});
+                           const ProductEpilogue<Real>& epilogue = {});
 
 // dx = dy·W with the epilogue, into dx as it is stored.
 template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, const Real* dy, const Real* W, ProductRows<Real> dx,
-                           const ReluSquaredEpilogue<Real>& epilogue);
+                           const ProductEpilogue<Real>& epilogue);
 // dW += dyᵀ·x and dx = dy·W, from dy (or x) as it is stored.
 template <class Real>
 void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
@@ -90,7 +91,8 @@ void embed_norm_backward(int64_t T, int64_t d, const int32_t* tokens, const Real
 // The residual mix at a block's entry, in one pass:
 //   x_in = x_prev + skip·skip_src  (skip_src null: x_in = x_prev; the U-net's second half)
 //   x_mix = λ0·x_in + λ1·x0 (x0 null: x_mix = x_in, no mixing; l0, l1 unused)
-//   x_res = x_mix (the residual the block's branches add to)
+//   x_res = x_mix (x_res null: not copied; a block whose attention projection adds x_mix in
+//   its epilogue, ProductEpilogue::residual, needs no copy)
 //   norm = rmsnorm(x_mix), rstd   (norm null: not computed; attention-free blocks)
 template <class Real>
 void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* skip_src, Real skip,
@@ -105,7 +107,8 @@ std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_
                                             const Real* skip_src, Real skip, Real l0, Real l1,
                                             Real* dx, Real* dx0, Real* dskip_src);
 
-// y = rmsnorm(x) (and copy = x, if not null: the residual the next branch adds to), by rows.
+// y = rmsnorm(x) (and copy = x, if not null: the residual a branch adds to in place, as the
+// experts' combine does), by rows.
 template <class Real>
 void rmsnorm_rows_forward(const char* name, int64_t T, int64_t d, const Real* x, Real* y,
                           Real* rstd, Real* copy = nullptr);

@@ -551,10 +551,12 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
     const Real* skip_src = skipped ? layers_[static_cast<size_t>(L - 1 - i)].x_out.data() : nullptr;
     const Real skip = skipped ? w_.skip_weights[i - n] : Real(0);
     const bool mix = config_.x0_mixing;
+    // x_attn = x_mix + attention's projection, which adds x_mix in its epilogue; without
+    // attention, x_attn is a copy of x_mix.
     residual_mix_forward(T, d, x, skip_src, skip, mix ? x0_.data() : nullptr,
                          mix ? w.lambdas[0] : Real(1), mix ? w.lambdas[1] : Real(0), A.x_in.data(),
-                         A.x_mix.data(), A.x_attn.data(), attention ? A.norm1.data() : nullptr,
-                         A.rstd1.data());
+                         A.x_mix.data(), attention ? nullptr : A.x_attn.data(),
+                         attention ? A.norm1.data() : nullptr, A.rstd1.data());
     if (attention) {
       linear_forward(precision_, "attn.qkv.fwd", T, d, qkv.row(), A.norm1.data(), w.qkv_w, Real(0),
                      A.qkv_raw.data(), {}, packed_for(cached, w.qkv_w, qkv.row(), d));
@@ -567,13 +569,19 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
         model_attention_forward(attention_args(i, A, window_blocks, nullptr, 0, T),
                                 A.attn_out.data(), A.lse.data());
       }
+      ProductEpilogue<Real> onto_x_mix;
+      onto_x_mix.residual = A.x_mix.data();
       linear_forward(precision_, "attn.c_proj.fwd", T, HD, d, A.attn_out.data(), w.attn_proj,
-                     Real(1), A.x_attn.data(), {}, packed_for(cached, w.attn_proj, d, HD));
+                     Real(0), A.x_attn.data(), onto_x_mix, packed_for(cached, w.attn_proj, d, HD));
     }
-    rmsnorm_rows_forward("norm2", T, d, A.x_attn.data(), A.norm2.data(), A.rstd2.data(), x_out);
-    ReluSquaredEpilogue<Real> relu2;
+    // x_out = x_attn + the MLP's projection, which adds x_attn in its epilogue; the experts'
+    // combine adds to x_out in place, so a MoE block copies x_attn into it first.
+    const bool moe = config_.is_moe_layer(i);
+    rmsnorm_rows_forward("norm2", T, d, A.x_attn.data(), A.norm2.data(), A.rstd2.data(),
+                         moe ? x_out : nullptr);
+    ProductEpilogue<Real> relu2;
     relu2.relu_squared = true;
-    if (config_.is_moe_layer(i)) {
+    if (moe) {
       // Router in fp32 whatever the run's precision (its top-k decides the routing), then each
       // token's rows through its experts, stacked in expert order, and back.
       const int64_t E = config_.num_experts, k = config_.experts_per_token;
@@ -593,8 +601,10 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
       const ProductRows<Real> h = hidden(A);
       linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, A.norm2.data(), w.c_fc, h,
                      relu2, packed_for(cached, w.c_fc, 4 * d, d));
-      linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, h, w.mlp_proj, Real(1), x_out,
-                     packed_for(cached, w.mlp_proj, d, 4 * d));
+      ProductEpilogue<Real> onto_x_attn;
+      onto_x_attn.residual = A.x_attn.data();
+      linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, h, w.mlp_proj, Real(0), x_out,
+                     onto_x_attn, packed_for(cached, w.mlp_proj, d, 4 * d));
     }
     x = x_out;
   }
@@ -729,7 +739,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                                  dgates_.data());
       expert_linear_backward_weight(precision_, "moe.c_proj.dW", A.plan, hidden, d, dye_.data(),
                                     A.he.data(), g.expert_proj);
-      ReluSquaredEpilogue<Real> relu2_grad;
+      ProductEpilogue<Real> relu2_grad;
       relu2_grad.relu_squared_output = A.he.data();
       relu2_grad.ld = hidden;
       expert_linear_backward_input(precision_, "moe.c_proj.dX.relu2_bwd", A.plan, hidden, d,
@@ -750,7 +760,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     } else {
       const ProductRows<Real> h = hidden(layers_[static_cast<size_t>(i)]);
       linear_backward_weight(precision_, "mlp.c_proj.dW", T, 4 * d, d, dx, h, g.mlp_proj);
-      ReluSquaredEpilogue<Real> relu2_grad;
+      ProductEpilogue<Real> relu2_grad;
       relu2_grad.relu_squared_output = h.values;
       relu2_grad.relu_squared_output_rounded = h.rounded;
       relu2_grad.ld = 4 * d;

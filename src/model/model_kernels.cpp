@@ -34,9 +34,11 @@ AttentionParams attention_params(const AttentionArgs<float>& a) {
   return p;
 }
 
-// The model's relu² epilogue as the GEMM's.
-GemmEpilogue gemm_epilogue(const ReluSquaredEpilogue<float>& e) {
+// The model's epilogue as the GEMM's, for a C of stride ldc (the residual's too).
+GemmEpilogue gemm_epilogue(const ProductEpilogue<float>& e, int64_t ldc) {
   GemmEpilogue ep;
+  ep.addend = e.residual;
+  ep.ld_addend = e.residual != nullptr ? ldc : 0;
   ep.relu_squared = e.relu_squared;
   ep.relu_squared_output = e.relu_squared_output;
   ep.relu_squared_output_bf16 = e.relu_squared_output_rounded;
@@ -44,11 +46,19 @@ GemmEpilogue gemm_epilogue(const ReluSquaredEpilogue<float>& e) {
   return ep;
 }
 
-// Bytes per element of C that the relu² gradient reads (its H), for the profiler's traffic.
-double relu_squared_output_bytes(const ReluSquaredEpilogue<float>& e) {
-  return e.relu_squared_output != nullptr           ? 4.0
-         : e.relu_squared_output_rounded != nullptr ? 2.0
-                                                    : 0.0;
+// The GEMM's epilogue argument: none for an empty one, which keeps the finishes that only
+// products without an epilogue take (sums stored straight into C, finished in registers).
+const GemmEpilogue* epilogue_or_null(const ProductEpilogue<float>& e, const GemmEpilogue& ep) {
+  return e.empty() ? nullptr : &ep;
+}
+
+// Bytes per element of C that the epilogue reads (the residual, the relu² gradient's H), for
+// the profiler's traffic.
+double epilogue_bytes(const ProductEpilogue<float>& e) {
+  const double h = e.relu_squared_output != nullptr           ? 4.0
+                   : e.relu_squared_output_rounded != nullptr ? 2.0
+                                                              : 0.0;
+  return h + (e.residual != nullptr ? 4.0 : 0.0);
 }
 
 FusedLossParams loss_params(const LossArgs<float>& a) {
@@ -84,17 +94,16 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-                float beta, float* C, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue) {
+                float beta, float* C, int64_t ldc, const ProductEpilogue<float>& epilogue) {
   const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
-  // The relu² gradient reads one more M×N tensor.
   ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
                      4.0 * (m * k + k * n + (beta == 0.0f ? 1.0 : 2.0) * m * n) +
-                         relu_squared_output_bytes(epilogue) * m * n);
-  GemmEpilogue ep = gemm_epilogue(epilogue);
+                         epilogue_bytes(epilogue) * m * n);
+  const GemmEpilogue ep = gemm_epilogue(epilogue, ldc);
   if (precision == Precision::kBf16) {
-    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &ep);
+    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue_or_null(epilogue, ep));
   } else {
-    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &ep);
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue_or_null(epilogue, ep));
   }
 }
 
@@ -113,38 +122,39 @@ void require_bf16_products(Precision precision, const char* name) {
 template <class TA, class TB>
 void mixed_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const TA* A, int64_t lda, const TB* B, int64_t ldb,
-                float beta, float* C, int64_t ldc) {
+                float beta, float* C, int64_t ldc, const ProductEpilogue<float>& epilogue) {
   require_bf16_products(precision, name);
   const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
   ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
                      static_cast<double>(sizeof(TA)) * m * k +
                          static_cast<double>(sizeof(TB)) * k * n +
-                         4.0 * (beta == 0.0f ? 1.0 : 2.0) * m * n);
-  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                         (4.0 * (beta == 0.0f ? 1.0 : 2.0) + epilogue_bytes(epilogue)) * m * n);
+  const GemmEpilogue ep = gemm_epilogue(epilogue, ldc);
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue_or_null(epilogue, ep));
 }
 
 }  // namespace
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const bf16* A, int64_t lda, const float* B, int64_t ldb,
-                float beta, float* C, int64_t ldc) {
-  mixed_gemm(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                float beta, float* C, int64_t ldc, const ProductEpilogue<float>& epilogue) {
+  mixed_gemm(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue);
 }
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const bf16* B, int64_t ldb,
                 float beta, float* C, int64_t ldc) {
-  mixed_gemm(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  mixed_gemm(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {});
 }
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-                bf16* C_bf16, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue) {
+                bf16* C_bf16, int64_t ldc, const ProductEpilogue<float>& epilogue) {
   require_bf16_products(precision, name);
   const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
   ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
-                     4.0 * (m * k + k * n) + (2.0 + relu_squared_output_bytes(epilogue)) * m * n);
-  GemmEpilogue ep = gemm_epilogue(epilogue);
+                     4.0 * (m * k + k * n) + (2.0 + epilogue_bytes(epilogue)) * m * n);
+  GemmEpilogue ep = gemm_epilogue(epilogue, ldc);
   ep.c_bf16 = C_bf16;
   ep.ld_c_bf16 = ldc;
   ep.c_bf16_only = true;
@@ -152,37 +162,36 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 }
 
 void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, float beta,
-                       float* C, const ReluSquaredEpilogue<float>& epilogue) {
+                       float* C, const ProductEpilogue<float>& epilogue) {
   const double m = static_cast<double>(M), n = static_cast<double>(B.N),
                k = static_cast<double>(B.K);
   // Reads A, the packed B (2 or 4 bytes a value) and C when beta reads it; writes C.
-  ProfileScope scope(
-      "gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
-      4.0 * (m * k + (beta == 0.0f ? 1.0 : 2.0) * m * n) + static_cast<double>(B.data.size()));
-  GemmEpilogue ep = gemm_epilogue(epilogue);
-  matmul(Trans::kNo, M, 1.0f, A, B.K, B, beta, C, B.N, &ep);
+  ProfileScope scope("gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
+                     4.0 * (m * k + (beta == 0.0f ? 1.0 : 2.0) * m * n) +
+                         epilogue_bytes(epilogue) * m * n + static_cast<double>(B.data.size()));
+  const GemmEpilogue ep = gemm_epilogue(epilogue, B.N);
+  matmul(Trans::kNo, M, 1.0f, A, B.K, B, beta, C, B.N, epilogue_or_null(epilogue, ep));
 }
 
 void model_gemm_packed(const char* name, int64_t M, const bf16* A, const PackedB& B, float beta,
-                       float* C, const ReluSquaredEpilogue<float>& epilogue) {
+                       float* C, const ProductEpilogue<float>& epilogue) {
   const double m = static_cast<double>(M), n = static_cast<double>(B.N),
                k = static_cast<double>(B.K);
   ProfileScope scope("gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
                      2.0 * m * k + 4.0 * (beta == 0.0f ? 1.0 : 2.0) * m * n +
-                         relu_squared_output_bytes(epilogue) * m * n +
-                         static_cast<double>(B.data.size()));
-  GemmEpilogue ep = gemm_epilogue(epilogue);
-  matmul(Trans::kNo, M, 1.0f, A, B.K, B, beta, C, B.N, &ep);
+                         epilogue_bytes(epilogue) * m * n + static_cast<double>(B.data.size()));
+  const GemmEpilogue ep = gemm_epilogue(epilogue, B.N);
+  matmul(Trans::kNo, M, 1.0f, A, B.K, B, beta, C, B.N, epilogue_or_null(epilogue, ep));
 }
 
 void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, bf16* C_bf16,
-                       const ReluSquaredEpilogue<float>& epilogue) {
+                       const ProductEpilogue<float>& epilogue) {
   const double m = static_cast<double>(M), n = static_cast<double>(B.N),
                k = static_cast<double>(B.K);
-  ProfileScope scope("gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
-                     4.0 * m * k + (2.0 + relu_squared_output_bytes(epilogue)) * m * n +
-                         static_cast<double>(B.data.size()));
-  GemmEpilogue ep = gemm_epilogue(epilogue);
+  ProfileScope scope(
+      "gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
+      4.0 * m * k + (2.0 + epilogue_bytes(epilogue)) * m * n + static_cast<double>(B.data.size()));
+  GemmEpilogue ep = gemm_epilogue(epilogue, B.N);
   ep.c_bf16 = C_bf16;
   ep.ld_c_bf16 = B.N;
   ep.c_bf16_only = true;
@@ -192,13 +201,16 @@ void model_gemm_packed(const char* name, int64_t M, const float* A, const Packed
 void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,
                              Trans trans_b, int64_t N, int64_t K, const float* A, int64_t lda,
                              const float* B, int64_t ldb, int64_t stride_b, float* C, int64_t ldc,
-                             const ReluSquaredEpilogue<float>& epilogue) {
+                             const ProductEpilogue<float>& epilogue) {
   const double m = static_cast<double>(plan.rows()), n = static_cast<double>(N),
                k = static_cast<double>(K), e = static_cast<double>(plan.experts);
-  ProfileScope scope(
-      "grouped_gemm", name, {plan.rows(), N, K, plan.experts}, 2.0 * m * n * k,
-      4.0 * (m * k + e * k * n + m * n) + relu_squared_output_bytes(epilogue) * m * n);
-  GemmEpilogue ep = gemm_epilogue(epilogue);
+  ProfileScope scope("grouped_gemm", name, {plan.rows(), N, K, plan.experts}, 2.0 * m * n * k,
+                     4.0 * (m * k + e * k * n + m * n) + epilogue_bytes(epilogue) * m * n);
+  if (epilogue.residual != nullptr) {
+    throw std::invalid_argument(std::string("model_grouped_gemm_rows: ") + name +
+                                ": the experts' rows take no residual");
+  }
+  const GemmEpilogue ep = gemm_epilogue(epilogue, ldc);
   grouped_gemm_rows(precision, plan.offsets, trans_b, N, K, 1.0f, A, lda, B, ldb, stride_b, 0.0f, C,
                     ldc, &ep);
 }

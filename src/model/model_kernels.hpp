@@ -43,18 +43,28 @@ struct LossArgs {
   Real* entropy = nullptr;
 };
 
-// The MLP's activation fused into its products (kernels/gemm.hpp, GemmEpilogue): with
-// relu_squared, the product C becomes relu²(C) in place (c_fc's forward: the pre-activation is
-// never stored); with relu_squared_output H, C (the gradient of H = relu²(X)) becomes the
-// gradient of X, 2·√H·C where H > 0, else 0 (c_proj's input gradient).
-// With bf16 products on float, H may be stored rounded (relu_squared_output_rounded) instead:
-// at most one of the two is set.
+// What a model's product does to its tile of C before storing it (kernels/gemm.hpp,
+// GemmEpilogue), in this order:
+// - residual R: C = R + product, R with C's stride (the projections that end a block's
+//   branch land on the residual stream in the same pass, R's copy is never made: the bits of
+//   beta = 1 on a copy of R);
+// - the MLP's activation: with relu_squared, C becomes relu²(C) in place (c_fc's forward: the
+//   pre-activation is never stored); with relu_squared_output H, C (the gradient of
+//   H = relu²(X)) becomes the gradient of X, 2·√H·C where H > 0, else 0 (c_proj's input
+//   gradient). With bf16 products on float, H may be stored rounded
+//   (relu_squared_output_rounded) instead: at most one of the two is set; ld is H's stride.
 template <class Real>
-struct ReluSquaredEpilogue {
+struct ProductEpilogue {
+  const Real* residual = nullptr;
   bool relu_squared = false;
   const Real* relu_squared_output = nullptr;
   const bf16* relu_squared_output_rounded = nullptr;
   int64_t ld = 0;
+
+  bool empty() const {
+    return residual == nullptr && !relu_squared && relu_squared_output == nullptr &&
+           relu_squared_output_rounded == nullptr;
+  }
 };
 
 // `name` says which of the model's products this is, for the profiler.
@@ -66,16 +76,16 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
                 double beta, double* C, int64_t ldc);
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-                float beta, float* C, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue);
+                float beta, float* C, int64_t ldc, const ProductEpilogue<float>& epilogue);
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
-                double beta, double* C, int64_t ldc, const ReluSquaredEpilogue<double>& epilogue);
+                double beta, double* C, int64_t ldc, const ProductEpilogue<double>& epilogue);
 
 // With bf16 products (precision must be kBf16): A given already rounded to bf16, the bits of
 // the same product on the fp32 A it was rounded from.
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const bf16* A, int64_t lda, const float* B, int64_t ldb,
-                float beta, float* C, int64_t ldc);
+                float beta, float* C, int64_t ldc, const ProductEpilogue<float>& epilogue = {});
 // B given already rounded to bf16 (the bits of the product on the fp32 B it was rounded from).
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const bf16* B, int64_t ldb,
@@ -84,18 +94,18 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 // C_bf16 (GemmEpilogue::c_bf16_only): for a result that bf16 products alone read.
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-                bf16* C_bf16, int64_t ldc, const ReluSquaredEpilogue<float>& epilogue);
+                bf16* C_bf16, int64_t ldc, const ProductEpilogue<float>& epilogue);
 
 // C = A·op(B) + beta·C with op(B) packed once (model/packed_weights.hpp): M rows of A
 // (lda = B.K), C's ldc = B.N; the bits of model_gemm on the unpacked B.
 void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, float beta,
-                       float* C, const ReluSquaredEpilogue<float>& epilogue);
+                       float* C, const ProductEpilogue<float>& epilogue);
 // The same with A already rounded to bf16 (B packed for bf16 products).
 void model_gemm_packed(const char* name, int64_t M, const bf16* A, const PackedB& B, float beta,
-                       float* C, const ReluSquaredEpilogue<float>& epilogue);
+                       float* C, const ProductEpilogue<float>& epilogue);
 // The same finished product stored only rounded to bf16, into C_bf16 (ldc = B.N).
 void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, bf16* C_bf16,
-                       const ReluSquaredEpilogue<float>& epilogue);
+                       const ProductEpilogue<float>& epilogue);
 
 // A mixture of experts' products over the expert groups of `plan` (kernels/grouped_gemm.hpp),
 // B the stack of the experts' matrices (the g-th at B + g·stride_b):
@@ -104,11 +114,11 @@ void model_gemm_packed(const char* name, int64_t M, const float* A, const Packed
 void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,
                              Trans trans_b, int64_t N, int64_t K, const float* A, int64_t lda,
                              const float* B, int64_t ldb, int64_t stride_b, float* C, int64_t ldc,
-                             const ReluSquaredEpilogue<float>& epilogue);
+                             const ProductEpilogue<float>& epilogue);
 void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,
                              Trans trans_b, int64_t N, int64_t K, const double* A, int64_t lda,
                              const double* B, int64_t ldb, int64_t stride_b, double* C, int64_t ldc,
-                             const ReluSquaredEpilogue<double>& epilogue);
+                             const ProductEpilogue<double>& epilogue);
 void model_grouped_gemm_reduce(Precision precision, const char* name, const MoePlan& plan,
                                int64_t M, int64_t N, const float* A, int64_t lda, const float* B,
                                int64_t ldb, float* C, int64_t ldc, int64_t stride_c);

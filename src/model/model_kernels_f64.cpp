@@ -74,11 +74,12 @@ void model_gemm(Precision, const char*, Trans ta, Trans tb, int64_t M, int64_t N
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
-                double beta, double* C, int64_t ldc, const ReluSquaredEpilogue<double>& epilogue) {
+                double beta, double* C, int64_t ldc, const ProductEpilogue<double>& epilogue) {
   model_gemm(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       double& c = C[i * ldc + j];
+      if (epilogue.residual != nullptr) c += epilogue.residual[i * ldc + j];
       if (epilogue.relu_squared_output != nullptr) {
         const double h = epilogue.relu_squared_output[i * epilogue.ld + j];
         c = h > 0.0 ? 2.0 * std::sqrt(h) * c : 0.0;
@@ -95,12 +96,12 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,
                              Trans trans_b, int64_t N, int64_t K, const double* A, int64_t lda,
                              const double* B, int64_t ldb, int64_t stride_b, double* C, int64_t ldc,
-                             const ReluSquaredEpilogue<double>& epilogue) {
+                             const ProductEpilogue<double>& epilogue) {
   for (int64_t g = 0; g < plan.experts; ++g) {
     const int64_t r0 = plan.offsets[static_cast<size_t>(g)];
     const int64_t rows = plan.offsets[static_cast<size_t>(g) + 1] - r0;
     if (rows == 0) continue;
-    ReluSquaredEpilogue<double> ep = epilogue;
+    ProductEpilogue<double> ep = epilogue;
     if (ep.relu_squared_output != nullptr) ep.relu_squared_output += r0 * ep.ld;
     model_gemm(precision, name, Trans::kNo, trans_b, rows, N, K, 1.0, A + r0 * lda, lda,
                B + g * stride_b, ldb, 0.0, C + r0 * ldc, ldc, ep);

@@ -99,7 +99,7 @@ void moe_route_backward(const MoePlan& plan, const Real* probs, const int32_t* e
 template <class Real>
 void expert_linear_forward(Precision precision, const char* name, const MoePlan& plan, int64_t n_in,
                            int64_t n_out, const Real* x, const Real* W, Real* y,
-                           const ReluSquaredEpilogue<Real>& epilogue) {
+                           const ProductEpilogue<Real>& epilogue) {
   model_grouped_gemm_rows(precision, name, plan, Trans::kYes, n_out, n_in, x, n_in, W, n_in,
                           n_out * n_in, y, n_out, epilogue);
 }
@@ -115,7 +115,7 @@ void expert_linear_backward_weight(Precision precision, const char* name, const 
 template <class Real>
 void expert_linear_backward_input(Precision precision, const char* name, const MoePlan& plan,
                                   int64_t n_in, int64_t n_out, const Real* dy, const Real* W,
-                                  Real* dx, const ReluSquaredEpilogue<Real>& epilogue) {
+                                  Real* dx, const ProductEpilogue<Real>& epilogue) {
   model_grouped_gemm_rows(precision, name, plan, Trans::kNo, n_in, n_out, dy, n_out, W, n_in,
                           n_out * n_in, dx, n_in, epilogue);
 }
@@ -127,12 +127,12 @@ void expert_linear_backward_input(Precision precision, const char* name, const M
                                          const Real*, double, Real*);                              \
   template void expert_linear_forward<Real>(Precision, const char*, const MoePlan&, int64_t,       \
                                             int64_t, const Real*, const Real*, Real*,              \
-                                            const ReluSquaredEpilogue<Real>&);                     \
+                                            const ProductEpilogue<Real>&);                         \
   template void expert_linear_backward_weight<Real>(                                               \
       Precision, const char*, const MoePlan&, int64_t, int64_t, const Real*, const Real*, Real*);  \
   template void expert_linear_backward_input<Real>(Precision, const char*, const MoePlan&,         \
                                                    int64_t, int64_t, const Real*, const Real*,     \
-                                                   Real*, const ReluSquaredEpilogue<Real>&);
+                                                   Real*, const ProductEpilogue<Real>&);
 NANOGPT_MOE_OPS(float)
 NANOGPT_MOE_OPS(double)
 #undef NANOGPT_MOE_OPS

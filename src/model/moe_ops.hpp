@@ -45,7 +45,7 @@ void moe_route_backward(const MoePlan& plan, const Real* probs, const int32_t* e
 template <class Real>
 void expert_linear_forward(Precision precision, const char* name, const MoePlan& plan, int64_t n_in,
                            int64_t n_out, const Real* x, const Real* W, Real* y,
-                           const ReluSquaredEpilogue<Real>& epilogue = {});
+                           const ProductEpilogue<Real>& epilogue = {});
 // dW_g += dy_gᵀ·x_g,
 template <class Real>
 void expert_linear_backward_weight(Precision precision, const char* name, const MoePlan& plan,
@@ -55,6 +55,6 @@ void expert_linear_backward_weight(Precision precision, const char* name, const 
 template <class Real>
 void expert_linear_backward_input(Precision precision, const char* name, const MoePlan& plan,
                                   int64_t n_in, int64_t n_out, const Real* dy, const Real* W,
-                                  Real* dx, const ReluSquaredEpilogue<Real>& epilogue = {});
+                                  Real* dx, const ProductEpilogue<Real>& epilogue = {});
 
 }  // namespace nanogpt
