@@ -206,26 +206,27 @@ template <class Real>
 void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* skip_src, Real skip,
                           const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
                           Real* norm, Real* rstd) {
-  for_row_blocks("residual_mix.norm1", T, (x_res != nullptr ? 4 : 3) * d,
-                 [&](int64_t, int64_t t0, int64_t t1) {
-                   // The optional inputs are tested once per block, not per element (a select
-                   // between pointers inside the loop kept it scalar: perf, 2026-11-26).
-                   const int64_t j0 = t0 * d, len = (t1 - t0) * d;
-                   const size_t bytes = static_cast<size_t>(len) * sizeof(Real);
-                   if (skip_src != nullptr) {
-                     add_scaled(len, x_prev + j0, skip, skip_src + j0, x_in + j0);
-                   } else {
-                     std::memcpy(x_in + j0, x_prev + j0, bytes);
-                   }
-                   if (x0 != nullptr) {
-                     weighted_sum(len, l0, x_in + j0, l1, x0 + j0, x_mix + j0);
-                   } else {
-                     std::memcpy(x_mix + j0, x_in + j0, bytes);
-                   }
-                   if (x_res != nullptr) std::memcpy(x_res + j0, x_mix + j0, bytes);
-                   if (norm != nullptr)
-                     rmsnorm_forward(&x_mix[t0 * d], d, &norm[t0 * d], d, &rstd[t0], t1 - t0, d);
-                 });
+  // Floats moved per row, for the profiler: the copy into x_res writes one row more.
+  const int64_t per_row = (x_res != nullptr ? 4 : 3) * d;
+  for_row_blocks("residual_mix.norm1", T, per_row, [&](int64_t, int64_t t0, int64_t t1) {
+    // The optional inputs are tested once per block, not per element (a select
+    // between pointers inside the loop kept it scalar: perf, 2026-11-26).
+    const int64_t j0 = t0 * d, len = (t1 - t0) * d;
+    const size_t bytes = static_cast<size_t>(len) * sizeof(Real);
+    if (skip_src != nullptr) {
+      add_scaled(len, x_prev + j0, skip, skip_src + j0, x_in + j0);
+    } else {
+      std::memcpy(x_in + j0, x_prev + j0, bytes);
+    }
+    if (x0 != nullptr) {
+      weighted_sum(len, l0, x_in + j0, l1, x0 + j0, x_mix + j0);
+    } else {
+      std::memcpy(x_mix + j0, x_in + j0, bytes);
+    }
+    if (x_res != nullptr) std::memcpy(x_res + j0, x_mix + j0, bytes);
+    if (norm != nullptr)
+      rmsnorm_forward(&x_mix[t0 * d], d, &norm[t0 * d], d, &rstd[t0], t1 - t0, d);
+  });
 }
 
 template <class Real>
@@ -305,7 +306,8 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
   const int64_t row = s.row(), heads = s.Hq + s.Hkv, v_at = heads * s.D, kv = s.kv_width();
   if constexpr (!std::is_same_v<Real, float>) {
     if (dqkv_rounded != nullptr) {
-      throw std::invalid_argument("qk_norm_rotary_v_mix_backward: a rounded output is for float");
+      throw std::invalid_argument(
+          "qk_norm_rotary_v_mix_backward: a bf16 output (dqkv_rounded) is for float models");
     }
   }
   // Tokens repeat, so rows of the value embedding's gradient are shared: each element is
@@ -326,37 +328,36 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
   }
   std::vector<std::array<double, 2>> dla(static_cast<size_t>(row_blocks(T)));
   const bool rounded = dqkv_rounded != nullptr;
-  for_row_blocks("qk_norm.rotary.v_mix.bwd", T, rounded ? 5 * row / 2 : 3 * row,
-                 [&](int64_t b, int64_t t0, int64_t t1) {
-                   double dla0 = 0, dla1 = 0;
-                   // Rows reused by the block's tokens, which stay in L1: y, the token's normalised
-                   // q, k before RoPE, and, with a rounded output, the row being worked on (so that
-                   // dqkv's rows are only read, not written back to memory).
-                   std::vector<Real> rows(static_cast<size_t>(v_at + (rounded ? row : 0)));
-                   Real* const y = rows.data();
-                   for (int64_t t = t0; t < t1; ++t) {
-                     Real* drow = &dqkv[t * row];
-                     if (rounded) {
-                       std::memcpy(y + v_at, drow, static_cast<size_t>(row) * sizeof(Real));
-                       drow = y + v_at;
-                     }
-                     const Real* in = &raw[t * row];
-                     const Real* vrow = ve == nullptr ? nullptr : ve + tokens[t] * kv;
-                     dla0 += dot_double(drow + v_at, in + v_at, kv);
-                     if (vrow != nullptr) dla1 += dot_double(drow + v_at, vrow, kv);
-                     scaled_copy(kv, la0, drow + v_at, drow + v_at);
-                     // q, k: undo the rotation on the gradient, then the per-head norm.
-                     rotary.apply_inverse(drow, heads, pos[t]);
-                     std::memcpy(y, &qkv[t * row], v_at * sizeof(Real));
-                     rotary.apply_inverse(y, heads, pos[t]);
-                     rmsnorm_backward(y, s.D, &rstd_qk[t * heads], drow, s.D, drow, s.D, heads, s.D,
-                                      false);
-                     if constexpr (std::is_same_v<Real, float>) {
-                       if (rounded) round_to_bf16(drow, row, &dqkv_rounded[t * row]);
-                     }
-                   }
-                   dla[static_cast<size_t>(b)] = {dla0, dla1};
-                 });
+  const int64_t per_row = rounded ? 5 * row / 2 : 3 * row;  // floats moved, for the profiler
+  for_row_blocks("qk_norm.rotary.v_mix.bwd", T, per_row, [&](int64_t b, int64_t t0, int64_t t1) {
+    double dla0 = 0, dla1 = 0;
+    // Rows reused by the block's tokens, which stay in L1: y, the token's normalised
+    // q, k before RoPE, and, with a rounded output, the row being worked on (so that
+    // dqkv's rows are only read, not written back to memory).
+    std::vector<Real> rows(static_cast<size_t>(v_at + (rounded ? row : 0)));
+    Real* const y = rows.data();
+    for (int64_t t = t0; t < t1; ++t) {
+      Real* drow = &dqkv[t * row];
+      if (rounded) {
+        std::memcpy(y + v_at, drow, static_cast<size_t>(row) * sizeof(Real));
+        drow = y + v_at;
+      }
+      const Real* in = &raw[t * row];
+      const Real* vrow = ve == nullptr ? nullptr : ve + tokens[t] * kv;
+      dla0 += dot_double(drow + v_at, in + v_at, kv);
+      if (vrow != nullptr) dla1 += dot_double(drow + v_at, vrow, kv);
+      scaled_copy(kv, la0, drow + v_at, drow + v_at);
+      // q, k: undo the rotation on the gradient, then the per-head norm.
+      rotary.apply_inverse(drow, heads, pos[t]);
+      std::memcpy(y, &qkv[t * row], v_at * sizeof(Real));
+      rotary.apply_inverse(y, heads, pos[t]);
+      rmsnorm_backward(y, s.D, &rstd_qk[t * heads], drow, s.D, drow, s.D, heads, s.D, false);
+      if constexpr (std::is_same_v<Real, float>) {
+        if (rounded) round_to_bf16(drow, row, &dqkv_rounded[t * row]);
+      }
+    }
+    dla[static_cast<size_t>(b)] = {dla0, dla1};
+  });
   return sum_blocks(dla);
 }
 
