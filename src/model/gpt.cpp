@@ -311,37 +311,37 @@ bool GptT<Real>::product_rows_rounded() const {
   return std::is_same_v<Real, float> && precision_ == Precision::kBf16;
 }
 
+namespace {
+
+// The form of a ProductRows the model stores: `rounded` where it keeps such rows in bf16, else
+// `values`.
+template <class Real>
+ProductRows<Real> rows_as_stored(bool in_bf16, AlignedVector<Real>& values,
+                                 AlignedVector<bf16>& rounded) {
+  ProductRows<Real> rows;
+  if (in_bf16) {
+    rows.rounded = rounded.data();
+  } else {
+    rows.values = values.data();
+  }
+  return rows;
+}
+
+}  // namespace
+
 template <class Real>
 ProductRows<Real> GptT<Real>::hidden(LayerActivations& A) const {
-  ProductRows<Real> h;
-  if (product_rows_rounded()) {
-    h.rounded = A.h_rounded.data();
-  } else {
-    h.values = A.h.data();
-  }
-  return h;
+  return rows_as_stored(product_rows_rounded(), A.h, A.h_rounded);
 }
 
 template <class Real>
 ProductRows<Real> GptT<Real>::hidden_gradient() {
-  ProductRows<Real> dh;
-  if (product_rows_rounded()) {
-    dh.rounded = dh_rounded_.data();
-  } else {
-    dh.values = dh_.data();
-  }
-  return dh;
+  return rows_as_stored(product_rows_rounded(), dh_, dh_rounded_);
 }
 
 template <class Real>
 ProductRows<Real> GptT<Real>::qkv_gradient() {
-  ProductRows<Real> dqkv;
-  if (product_rows_rounded()) {
-    dqkv.rounded = dqkv_rounded_.data();
-  } else {
-    dqkv.values = dqkv_.data();
-  }
-  return dqkv;
+  return rows_as_stored(product_rows_rounded(), dqkv_, dqkv_rounded_);
 }
 
 template <class Real>
