@@ -329,7 +329,7 @@ TEST(Gemm, DeepKTakenInPassesMatchesTheReferenceAndOnePass) {
       PackedB packed;
       pack_b_operand(kernel, source, p.tb, p.K, p.N, p.B.data(), p.ldb, packed);
       std::vector<float> given = p.start_c();
-      gemm_run_packed_b(kernel, {kernel.mr, 2 * kernel.nr, 256}, source, p.ta, p.M, p.alpha,
+      gemm_run_packed_b(kernel, {kernel.mr, 2 * kernel.nr, 256}, source, p.ta, p.M, p.N, p.alpha,
                         p.A.data(), p.lda, packed, p.beta, given.data(), p.ldc, nullptr);
       EXPECT_TRUE(same_bits(given, one_pass)) << describe(kernel, p, "packed B in passes");
     }

@@ -5,6 +5,7 @@
 // kernel is refused by another.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -51,8 +52,8 @@ TEST(GemmPackedB, SameBitsAsPackingBInTheProduct) {
                    ldb, 0.5f, expected.data(), s.N, nullptr);
           PackedB packed;
           pack_b_operand(kernel, source, tb, s.K, s.N, B.data(), ldb, packed);
-          gemm_run_packed_b(kernel, blocking, source, ta, s.M, 0.75f, A.data(), lda, packed, 0.5f,
-                            got.data(), s.N, nullptr);
+          gemm_run_packed_b(kernel, blocking, source, ta, s.M, s.N, 0.75f, A.data(), lda, packed,
+                            0.5f, got.data(), s.N, nullptr);
           EXPECT_TRUE(same_bits(expected, got))
               << kernel.isa << " M=" << s.M << " N=" << s.N << " K=" << s.K
               << " ta=" << (ta == Trans::kYes) << " tb=" << (tb == Trans::kYes);
@@ -82,9 +83,42 @@ TEST(GemmPackedB, EpilogueAndEveryBlockingGiveTheSameBits) {
       std::vector<float> expected(M * N, 0.0f), got(M * N, 0.0f);
       gemm_run(kernel, b, source, Trans::kNo, Trans::kYes, M, N, K, 1.0f, A.data(), K, B.data(), K,
                0.0f, expected.data(), N, &ep);
-      gemm_run_packed_b(kernel, b, source, Trans::kNo, M, 1.0f, A.data(), K, packed, 0.0f,
+      gemm_run_packed_b(kernel, b, source, Trans::kNo, M, N, 1.0f, A.data(), K, packed, 0.0f,
                         got.data(), N, &ep);
       EXPECT_TRUE(same_bits(expected, got)) << kernel.isa << " " << b.name();
+    }
+  }
+}
+
+// A product on the first n columns of a packed B gives the bits of the product on those columns
+// of the unpacked B, for every n: whole panels, a ragged last panel (whose packed columns past n
+// hold B's values, not zeros), one column, none, and all of them.
+TEST(GemmPackedB, FirstColumnsGiveTheBitsOfTheProductOnThoseColumns) {
+  ThreadPool two(2);
+  ThreadPool::Use use(two);
+  const int64_t M = 70, N = 230, K = 150;
+  const std::vector<float> A = random_values(M * K, 21), B = random_values(K * N, 22);
+  const std::vector<float> addend = random_values(M * N, 23);
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
+    for (Trans tb : {Trans::kNo, Trans::kYes}) {
+      const int64_t ldb = tb == Trans::kNo ? N : K;
+      PackedB packed;
+      pack_b_operand(kernel, source, tb, K, N, B.data(), ldb, packed);
+      for (int64_t n : {int64_t{0}, int64_t{1}, kernel.nr, 2 * kernel.nr + 5, N - 1, N}) {
+        GemmEpilogue ep;  // an addend read in the first n columns only
+        ep.addend = addend.data();
+        ep.ld_addend = N;
+        ep.addend_scale = 0.5f;
+        const GemmBlocking blocking = default_blocking(kernel, M, std::max<int64_t>(n, 1), K, 2);
+        // C is M × n with ldc = N; the columns past n must stay untouched.
+        std::vector<float> expected = random_values(M * N, 24), got = expected;
+        gemm_run(kernel, blocking, source, Trans::kNo, tb, M, n, K, 0.75f, A.data(), K, B.data(),
+                 ldb, 0.0f, expected.data(), N, &ep);
+        gemm_run_packed_b(kernel, blocking, source, Trans::kNo, M, n, 0.75f, A.data(), K, packed,
+                          0.0f, got.data(), N, &ep);
+        EXPECT_TRUE(same_bits(expected, got))
+            << kernel.isa << " n=" << n << " tb=" << (tb == Trans::kYes);
+      }
     }
   }
 }
@@ -152,11 +186,19 @@ TEST(GemmPackedB, RefusesABPackedForAnotherKernelAndBadShapes) {
   PackedB packed;
   pack_b_operand(scalar, PackSource::kF32, Trans::kNo, 64, 64, B.data(), 64, packed);
   if (other.fn != scalar.fn) {
-    EXPECT_THROW(
-        gemm_run_packed_b(other, default_blocking(other, 64, 64, 64, 1), PackSource::kF32,
-                          Trans::kNo, 64, 1.0f, A.data(), 64, packed, 0.0f, C.data(), 64, nullptr),
-        std::invalid_argument);
+    EXPECT_THROW(gemm_run_packed_b(other, default_blocking(other, 64, 64, 64, 1), PackSource::kF32,
+                                   Trans::kNo, 64, 64, 1.0f, A.data(), 64, packed, 0.0f, C.data(),
+                                   64, nullptr),
+                 std::invalid_argument);
   }
+  // More columns than were packed, or a negative count.
+  EXPECT_THROW(gemm_run_packed_b(scalar, default_blocking(scalar, 64, 64, 64, 1), PackSource::kF32,
+                                 Trans::kNo, 64, 65, 1.0f, A.data(), 64, packed, 0.0f, C.data(), 65,
+                                 nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(
+      matmul_first_columns(Trans::kNo, 64, -1, 1.0f, A.data(), 64, packed, 0.0f, C.data(), 64),
+      std::invalid_argument);
   PackedB empty;
   EXPECT_THROW(matmul(Trans::kNo, 64, 1.0f, A.data(), 64, empty, 0.0f, C.data(), 64),
                std::invalid_argument);

@@ -34,4 +34,11 @@ void matmul(Trans trans_a, int64_t M, float alpha, const float* A, int64_t lda, 
 void matmul(Trans trans_a, int64_t M, float alpha, const bf16* A, int64_t lda, const PackedB& B,
             float beta, float* C, int64_t ldc, const GemmEpilogue* epilogue = nullptr);
 
+// The same on B's first n columns alone (0 ≤ n ≤ B.N; C is M × n): the bits of matmul() on
+// those columns of the unpacked B. For products that read growing prefixes of one B
+// (Newton–Schulz's block-triangular Gram products), which then pack it once instead of once each.
+void matmul_first_columns(Trans trans_a, int64_t M, int64_t n, float alpha, const float* A,
+                          int64_t lda, const PackedB& B, float beta, float* C, int64_t ldc,
+                          const GemmEpilogue* epilogue = nullptr);
+
 }  // namespace nanogpt

@@ -308,13 +308,9 @@ size_t GptOptimizer::communication_bytes() const {
 }
 
 size_t GptOptimizer::newton_schulz_bytes() const {
-  size_t floats = 0;
-  for (const auto& w : workers_) {
-    const NewtonSchulzWorkspace& ns = w->ns;
-    floats += ns.x.capacity() + ns.x_next.capacity() + ns.gram.capacity() + ns.poly.capacity() +
-              ns.staging.capacity();
-  }
-  return floats * sizeof(float);
+  size_t bytes = 0;
+  for (const auto& w : workers_) bytes += w->ns.bytes();
+  return bytes;
 }
 
 double muon_newton_schulz_flops(const Config& c) {

@@ -30,9 +30,10 @@ struct NewtonSchulzCoefficients {
 // orthogonalizes the same shapes every time does not allocate. Contents between calls are
 // meaningless. One workspace per concurrent caller.
 struct NewtonSchulzWorkspace {
-  AlignedVector<float> x, x_next;     // the iterate, in G's own rows×cols layout
-  AlignedVector<float> gram;          // A, min(rows, cols)²
-  AlignedVector<float> poly;          // B, min(rows, cols)²
+  AlignedVector<float> x, x_next;  // the iterate, in G's own rows×cols layout
+  AlignedVector<float> gram;       // A, min(rows, cols)²
+  AlignedVector<float> poly;       // B, min(rows, cols)²
+  PackedB packed;  // the iterate, then A, packed for the Gram products (kernels/matmul.hpp)
   std::vector<double> norm_partials;  // per-chunk sums of squares
   // Not used by newton_schulz5: lets Muon stage its Nesterov gradient and receive the update
   // in place, so one workspace is all the scratch an optimizer step needs.
@@ -41,8 +42,10 @@ struct NewtonSchulzWorkspace {
   // bf16 iteration does; the iterate and the polynomial coefficients stay fp32.
   Precision precision = Precision::kFp32;
 
-  // Grows the buffers to fit a rows×cols matrix (never shrinks).
+  // Grows the buffers to fit a rows×cols matrix (never shrinks); `packed` grows as it is used.
   void reserve(int64_t rows, int64_t cols);
+  // Memory held, all of it.
+  size_t bytes() const;
 };
 
 // out = NS^steps(G), both rows×cols row-major fp32. `out` may be `G` (G is fully read before

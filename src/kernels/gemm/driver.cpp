@@ -124,13 +124,18 @@ void check_epilogue(float beta, const float* C, const GemmEpilogue* epilogue) {
   }
 }
 
-void check_packed_b(const MicroKernel& kernel, const PackedB& b) {
+void check_packed_b(const MicroKernel& kernel, const PackedB& b, int64_t N) {
   if (b.kernel == nullptr || b.kernel->fn != kernel.fn || b.kernel->mr != kernel.mr ||
       b.kernel->nr != kernel.nr) {
     throw std::invalid_argument(std::string("gemm: B packed for the ") +
                                 (b.kernel != nullptr ? b.kernel->isa : "(no)") +
                                 " kernel was given to a product on the " + kernel.isa +
                                 " kernel; pack it for the kernel that runs the product");
+  }
+  if (N < 0 || N > b.N) {
+    throw std::invalid_argument("gemm: a product of " + std::to_string(N) +
+                                " columns was asked of a packed B of " + std::to_string(b.N) +
+                                "; it reads at most all of them");
   }
 }
 
@@ -462,12 +467,12 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
 }
 
 void gemm_run_packed_b(const MicroKernel& kernel, const GemmBlocking& blocking, PackSource a_source,
-                       Trans trans_a, int64_t M, float alpha, const void* A, int64_t lda,
+                       Trans trans_a, int64_t M, int64_t N, float alpha, const void* A, int64_t lda,
                        const PackedB& B, float beta, float* C, int64_t ldc,
                        const GemmEpilogue* epilogue) {
-  check_packed_b(kernel, B);
-  run_product(kernel, blocking, {a_source, B.source}, trans_a, Trans::kNo, M, B.N, B.K, alpha, A,
-              lda, nullptr, 0, &B, beta, C, ldc, epilogue);
+  check_packed_b(kernel, B, N);
+  run_product(kernel, blocking, {a_source, B.source}, trans_a, Trans::kNo, M, N, B.K, alpha, A, lda,
+              nullptr, 0, &B, beta, C, ldc, epilogue);
 }
 
 GemmBlocking chosen_blocking(const MicroKernel& kernel, PackSources sources, Trans trans_a,
@@ -493,17 +498,18 @@ void gemm_dispatch(const MicroKernel& kernel, PackSources sources, Trans trans_a
 
 namespace nanogpt {
 
-void gemm_dispatch_packed_b(PackSource a_source, Trans trans_a, int64_t M, float alpha,
+void gemm_dispatch_packed_b(PackSource a_source, Trans trans_a, int64_t M, int64_t N, float alpha,
                             const void* A, int64_t lda, const PackedB& B, float beta, float* C,
                             int64_t ldc, const GemmEpilogue* epilogue) {
   if (B.kernel == nullptr) {
     throw std::invalid_argument("gemm: a product was given a packed B that holds nothing");
   }
-  check_dimensions(M, B.N, B.K);
+  check_packed_b(*B.kernel, B, N);
+  check_dimensions(M, N, B.K);
   const MicroKernel& kernel = *B.kernel;
   const GemmBlocking blocking = blocking_for(kernel, {a_source, B.source}, trans_a, Trans::kNo, M,
-                                             B.N, B.K, A, lda, nullptr, 0, &B, beta, C, ldc);
-  gemm_run_packed_b(kernel, blocking, a_source, trans_a, M, alpha, A, lda, B, beta, C, ldc,
+                                             N, B.K, A, lda, nullptr, 0, &B, beta, C, ldc);
+  gemm_run_packed_b(kernel, blocking, a_source, trans_a, M, N, alpha, A, lda, B, beta, C, ldc,
                     epilogue);
 }
 

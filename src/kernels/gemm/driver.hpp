@@ -27,10 +27,11 @@ void gemm_run(const MicroKernel& kernel, const GemmBlocking& blocking, PackSourc
               int64_t ldc, const GemmEpilogue* epilogue);
 
 // The same with op(B) given packed (gemm/packed_b.hpp) for this kernel (std::invalid_argument
-// if it was packed for another); A is read as `a_source` says. Gives the bits of gemm_run on
-// the unpacked B.
+// if it was packed for another), of which the product reads the first N columns (N ≤ B.N; C is
+// M × N); A is read as `a_source` says. Gives the bits of gemm_run on those columns of the
+// unpacked B.
 void gemm_run_packed_b(const MicroKernel& kernel, const GemmBlocking& blocking, PackSource a_source,
-                       Trans trans_a, int64_t M, float alpha, const void* A, int64_t lda,
+                       Trans trans_a, int64_t M, int64_t N, float alpha, const void* A, int64_t lda,
                        const PackedB& B, float beta, float* C, int64_t ldc,
                        const GemmEpilogue* epilogue);
 
@@ -51,7 +52,7 @@ void gemm_dispatch(const MicroKernel& kernel, PackSources sources, Trans trans_a
 
 // gemm_run_packed_b on B's own kernel with chosen_blocking() (the autotuner keys products with
 // a packed B apart from the others, and times them so).
-void gemm_dispatch_packed_b(PackSource a_source, Trans trans_a, int64_t M, float alpha,
+void gemm_dispatch_packed_b(PackSource a_source, Trans trans_a, int64_t M, int64_t N, float alpha,
                             const void* A, int64_t lda, const PackedB& B, float beta, float* C,
                             int64_t ldc, const GemmEpilogue* epilogue);
 
