@@ -112,6 +112,34 @@ TEST(GemmDeterminism, EveryBlockingCandidateGivesTheSameBits) {
   }
 }
 
+// Where a task's packed panels over all of K would not stay in a core's L2 (the driver's
+// kTaskPanelsBytes, 1 MiB: here mc + nc ≥ 480 rows of 2100 values), they are packed one K
+// block at a time: the same bits as packing them whole first, which a task of one micro-tile
+// does. With a K that leaves a ragged last block, and (the second shape: B's panels over all
+// of K pass 4 MiB) with K taken in passes.
+TEST(GemmDeterminism, PackingOneKBlockAtATimeGivesTheSameBits) {
+  ThreadPool two(2);
+  ThreadPool::Use use(two);
+  uint32_t seed = 70;
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const Shape& s : {Shape{200, 256, 2100}, Shape{64, 1100, 2100}}) {
+    for (const auto& [kernel, source] : every_gemm_kernel()) {
+      for (Trans ta : {Trans::kNo, Trans::kYes}) {
+        for (Trans tb : {Trans::kNo, Trans::kYes}) {
+          const Case c(ta, tb, s.M, s.N, s.K, ta == Trans::kYes ? 1.0f : 0.0f, seed++);
+          const std::vector<float> whole = c.run(kernel, {kernel.mr, kernel.nr, 64}, source);
+          EXPECT_TRUE(same_bits(whole, c.run(kernel, {1 << 20, 1 << 20, 64}, source)))
+              << kernel.isa << " " << s.M << "x" << s.N << "x" << s.K << " per K block";
+          EXPECT_TRUE(same_bits(whole, c.run(kernel, {1 << 20, 1 << 20, 0}, source)))
+              << kernel.isa << " " << s.M << "x" << s.N << "x" << s.K << " one K block";
+        }
+      }
+    }
+  }
+}
+
 // A large, aligned, write-only C is stored non-temporally: the same bits as the usual path
 // (which a C one float off alignment takes).
 TEST(GemmDeterminism, StreamingStoresGiveTheSameBits) {

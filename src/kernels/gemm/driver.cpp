@@ -80,6 +80,10 @@ void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end, int6
 // A superblock of packed B above this size is packed one panel at a time (run_product).
 constexpr int64_t kSharedBPanelsBytes = int64_t{1} << 20;
 
+// A task's packed panels over all of K above this size (beyond a core's L2) are packed one K
+// block at a time (run_product).
+constexpr int64_t kTaskPanelsBytes = int64_t{1} << 20;
+
 // How the autotuner's keys name an operand's storage.
 const char* source_name(PackSource s) {
   return s == PackSource::kF32 ? "f32" : s == PackSource::kBf16 ? "bf16" : "f32>bf16";
@@ -201,9 +205,16 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                  ? nullptr
                  : ws.get<char>("gemm.packed_a", static_cast<size_t>(a_packed_rows * kq * bytes));
   char* pb = ws.get<char>("gemm.packed_b", static_cast<size_t>(ns_p * kq * bytes));
-  std::byte* a_flag_memory = ws.get("gemm.a_flags", static_cast<size_t>(m_panels));
+  // One packing flag per panel and K range packed at once (pack_kc, below: at most a pass's
+  // K blocks).
+  const int64_t max_pass_kblocks = ceil_div(kq, blk.kc);
+  std::byte* a_flag_memory =
+      ws.get("gemm.a_flags", static_cast<size_t>(m_panels * max_pass_kblocks));
+  const int64_t b_panels_per_superblock = ceil_div(ns, nr);
   std::byte* b_flag_memory =
-      packed_b != nullptr ? nullptr : ws.get("gemm.b_flags", static_cast<size_t>(ceil_div(ns, nr)));
+      packed_b != nullptr
+          ? nullptr
+          : ws.get("gemm.b_flags", static_cast<size_t>(b_panels_per_superblock * max_pass_kblocks));
   // With passes: the accumulators of all of C (whole tiles: mp rows, N rounded up to nr).
   const int64_t ld_pass_acc = round_up(N, nr);
   float* const pass_acc =
@@ -250,9 +261,20 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
     // column part exists when every row is read in place).
     const layout::Layout la = kernel.a_layout(std::max(a_packed_rows, mr), q_len);
     if (!la.separable()) throw std::invalid_argument("gemm: packed layouts must be separable");
-    std::atomic<uint8_t>* a_flags = empty_flags(a_flag_memory, static_cast<size_t>(m_panels));
-    const void* const a_pass = k_shifted(A, lda, trans_a, a_bytes, q0);
     const int64_t pass_kblocks = ceil_div(q_len, blk.kc);
+    // A task packs the panels it reads (its rows of A, its columns of B, unless B came packed)
+    // over all of the pass's K before its first K block, unless they would not stay in a
+    // core's L2 (a weight gradient over 8192 tokens: 2 MiB of A and as much of B per task):
+    // then one K block of them at a time, just before that block's products, so they go from
+    // the source through the core's caches into the micro-kernel instead of to memory and back.
+    // Panels are shared either way (ensure_packed): whichever task first needs a panel's K
+    // range packs it. (Per K block where they do fit, the threads' hand-offs only add waits.)
+    const int64_t task_panel_bytes = (blk.mc + (packed_b != nullptr ? 0 : blk.nc)) * q_len * bytes;
+    const int64_t pack_kc = task_panel_bytes > kTaskPanelsBytes ? blk.kc : q_len;
+    const int64_t pack_blocks = ceil_div(q_len, pack_kc);
+    std::atomic<uint8_t>* a_flags =
+        empty_flags(a_flag_memory, static_cast<size_t>(m_panels * pack_blocks));
+    const void* const a_pass = k_shifted(A, lda, trans_a, a_bytes, q0);
     for (int64_t s0 = 0; s0 < N; s0 += ns) {
       const int64_t s_cols = std::min(ns, N - s0);
       // Packed here: the superblock's own panels over this pass's k; given packed: all of B's,
@@ -263,10 +285,11 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
       const int64_t lb_k0 = packed_b != nullptr ? q0 : 0;
       const char* const b_panels =
           packed_b != nullptr ? reinterpret_cast<const char*>(packed_b->data.data()) : pb;
+      const int64_t superblock_panels = ceil_div(s_cols, nr);
       std::atomic<uint8_t>* b_flags =
           packed_b != nullptr
               ? nullptr
-              : empty_flags(b_flag_memory, static_cast<size_t>(ceil_div(s_cols, nr)));
+              : empty_flags(b_flag_memory, static_cast<size_t>(superblock_panels * pack_blocks));
       // B's panels are counted from the superblock's first column and the pass's first k.
       const void* const b_pass =
           packed_b != nullptr ? nullptr
@@ -294,23 +317,6 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
             reinterpret_cast<float*>(task_buffers[static_cast<size_t>(worker)]);
         int64_t* const a_rows = reinterpret_cast<int64_t*>(acc_memory + acc_floats);
         int64_t* const claimed = a_rows + task_panels;
-        ensure_packed(a_flags, std::max(i0, a_packed_row0) / mr, ceil_div(i0 + rows, mr), claimed,
-                      trans_a == Trans::kNo, [&](const int64_t* p, size_t n) {
-                        pack::pack_panels(pack_a, a_pass, lda, trans_a, a_bytes,
-                                          std::span<const int64_t>(p, n), mr, M, q_valid, q_len,
-                                          [&](int64_t q, int64_t k) {
-                                            return pa + la(q * mr - a_packed_row0, k) * bytes;
-                                          });
-                      });
-        if (b_flags != nullptr) {
-          ensure_packed(b_flags, j0 / nr, ceil_div(j0 + cols, nr), claimed, b_one_at_a_time,
-                        [&](const int64_t* p, size_t n) {
-                          pack::pack_panels(
-                              pack_b, b_pass, ldb, flip(trans_b), b_bytes,
-                              std::span<const int64_t>(p, n), nr, N - s0, q_valid, q_len,
-                              [&](int64_t q, int64_t k) { return pb + lb(k, q * nr) * bytes; });
-                        });
-        }
 
         // Micro-panel addresses from the layouts, whose offsets separate into a row part and a
         // column part: tabulated per task so the loops below only add.
@@ -342,6 +348,34 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
           const int64_t k0 = kb * blk.kc;  // within the pass
           const int64_t kc = std::min(blk.kc, q_len - k0);
           const bool first = q0 + k0 == 0, last = q0 + k0 + kc == kp;
+          if (k0 % pack_kc == 0) {
+            const int64_t pk_len = std::min(pack_kc, q_len - k0);
+            const int64_t k_valid = std::clamp<int64_t>(q_valid - k0, 0, pk_len);
+            const int64_t block = k0 / pack_kc;
+            ensure_packed(a_flags + block * m_panels, std::max(i0, a_packed_row0) / mr,
+                          ceil_div(i0 + rows, mr), claimed, trans_a == Trans::kNo,
+                          [&](const int64_t* p, size_t n) {
+                            pack::pack_panels(
+                                pack_a,
+                                k_valid > 0 ? k_shifted(a_pass, lda, trans_a, a_bytes, k0) : a_pass,
+                                lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr, M,
+                                k_valid, pk_len, [&](int64_t q, int64_t k) {
+                                  return pa + la(q * mr - a_packed_row0, k0 + k) * bytes;
+                                });
+                          });
+            if (b_flags != nullptr) {
+              ensure_packed(
+                  b_flags + block * superblock_panels, j0 / nr, ceil_div(j0 + cols, nr), claimed,
+                  b_one_at_a_time, [&](const int64_t* p, size_t n) {
+                    pack::pack_panels(
+                        pack_b,
+                        k_valid > 0 ? k_shifted(b_pass, ldb, flip(trans_b), b_bytes, k0) : b_pass,
+                        ldb, flip(trans_b), b_bytes, std::span<const int64_t>(p, n), nr, N - s0,
+                        k_valid, pk_len,
+                        [&](int64_t q, int64_t k) { return pb + lb(k0 + k, q * nr) * bytes; });
+                  });
+            }
+          }
           const int64_t a_k = la.col_part(k0), b_k = lb.row_part(lb_k0 + k0);
           for (int64_t jp = j0; jp < j0 + cols; jp += nr) {
             const char* b = b_panels + (lb.col_part(lb_col0 + jp) + b_k) * bytes;
