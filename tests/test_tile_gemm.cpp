@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -95,6 +97,40 @@ TEST(TileGemm, PartialTilesReadOnlyWhatThePackersWrote) {
   for (const auto& [kernel, source] : every_gemm_kernel()) {
     for (const Shape& s : p_v) check_product(kernel, source, s, /*k_is_tile=*/true, seed += 2);
     for (const Shape& s : scores) check_product(kernel, source, s, /*k_is_tile=*/false, seed += 2);
+  }
+}
+
+// store() writes alpha·acc exactly (the product is rounded once, as alpha·acc in C++), whether
+// it streams (a destination whose rows start on cache lines, on a kernel with non-temporal
+// stores) or not (one float past that), and touches nothing outside the rows and columns given.
+TEST(TileGemm, StoreWritesTheScaledAccumulatorAlignedOrNot) {
+  const int64_t rows = 37, ld_acc = 80, ld = 96;
+  const std::vector<float> acc = random_values(static_cast<size_t>(rows * ld_acc), 7);
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
+    const TileGemm g(kernel, source == PackSource::kF32ToBf16 ? Precision::kBf16 : Precision::kFp32,
+                     kTile, 64);
+    for (const int64_t cols : {int64_t{64}, int64_t{50}}) {
+      for (const float alpha : {1.0f, 0.3f}) {
+        for (const int64_t shift : {int64_t{0}, int64_t{1}}) {
+          std::vector<float> storage(static_cast<size_t>(rows * ld + 32), -7.0f);
+          float* aligned = storage.data();
+          while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+          float* const dst = aligned + shift;
+          g.store(acc.data(), ld_acc, rows, cols, alpha, dst, ld);
+          const std::string who = std::string(kernel.isa) + " cols=" + std::to_string(cols) +
+                                  " alpha=" + std::to_string(alpha) +
+                                  (shift == 0 ? " aligned" : " unaligned");
+          for (int64_t i = 0; i < rows; ++i) {
+            for (int64_t j = 0; j < ld; ++j) {
+              const float want =
+                  j < cols ? alpha * acc[static_cast<size_t>(i * ld_acc + j)] : -7.0f;
+              ASSERT_EQ(std::bit_cast<uint32_t>(dst[i * ld + j]), std::bit_cast<uint32_t>(want))
+                  << who << ": dst[" << i << "][" << j << "]";
+            }
+          }
+        }
+      }
+    }
   }
 }
 

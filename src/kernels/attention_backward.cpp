@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 #include <vector>
 
 #include "kernels/attention_internal.hpp"
@@ -142,10 +141,11 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
         probs_and_grads_tile(s, dp, t.nq, lo, hi, p.scale, lse + h * T + t.q0,
                              delta.data() + h * T + t.q0);
       };
+      // dq, dk and dv are written once here and read by the next pass: streamed (TileGemm::
+      // store). Copied, their lines were read in first: 12% of this call's samples on the AMX
+      // Xeon, the cpu preset's backward 592 → 517 ms per 4 steps.
       auto store = [&](const float* acc, int64_t t0, int64_t n, float* dst, int64_t ld) {
-        for (int64_t i = 0; i < n; ++i) {
-          std::memcpy(dst + (t0 + i) * ld, acc + i * dn, static_cast<size_t>(D) * sizeof(float));
-        }
+        g.store(acc, dn, n, D, 1.0f, dst + t0 * ld, ld);
       };
       if (task.kind == 0) {
         // dV (acc0) and dK (acc1): Pᵀ and dSᵀ are read from the tile transposed by the packer.

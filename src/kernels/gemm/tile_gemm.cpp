@@ -1,5 +1,7 @@
 #include "kernels/gemm/tile_gemm.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <string>
 
@@ -73,6 +75,19 @@ void TileGemm::product(int64_t rows, int64_t cols, int64_t kc, const std::byte* 
       kernel_.fn(kc, a + a_off[static_cast<size_t>(ip / mr_)], bp, c + ip * ldc + jp, ldc,
                  accumulate);
     }
+  }
+}
+
+void TileGemm::store(const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha,
+                     float* dst, int64_t ld) const {
+  if (kernel_.stream != nullptr && ld % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 64 == 0) {
+    kernel_.stream(acc, ld_acc, rows, cols, alpha, 0.0f, dst, ld, nullptr, 0, 0);
+    // Non-temporal stores are weakly ordered: visible before the task counts as done.
+    _mm_sfence();
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) dst[i * ld + j] = alpha * acc[i * ld_acc + j];
   }
 }
 

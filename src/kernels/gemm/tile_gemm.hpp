@@ -57,6 +57,13 @@ class TileGemm {
   void product(int64_t rows, int64_t cols, int64_t kc, const std::byte* a, Block ba,
                const std::byte* b, Block bb, float* c, int64_t ldc, bool accumulate) const;
 
+  // dst[0:rows, 0:cols] = alpha·acc[0:rows, 0:cols], for an output this call writes once and
+  // a later pass reads: with non-temporal stores where the kernel has them (MicroKernel::stream)
+  // and dst's rows start on cache lines, so the destination's lines are not read in first;
+  // else plain stores. The same bits either way.
+  void store(const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha, float* dst,
+             int64_t ld) const;
+
   // The rows of c a product of `rows` rows writes: rounded up to the micro-tile.
   int64_t rows_written(int64_t rows) const { return round_up(rows, mr_); }
 
