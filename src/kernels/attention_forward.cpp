@@ -107,12 +107,13 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
         g.product(nq, D, g.k_steps(t.nk), p_packed, Block::kRowsByTile, v_pack.at(kv, kt),
                   Block::kDByTile, o, dn, true);
       }
+      // out = o / l, each row scaled once; then streamed out (TileGemm::store).
       for (int64_t i = 0; i < nq; ++i) {
-        float* dst = out + (q0 + i) * hd + h * D;
-        const float inv = 1.0f / w.l[i];
-        for (int64_t e = 0; e < D; ++e) dst[e] = o[i * dn + e] * inv;
+        w.alpha[i] = 1.0f / w.l[i];
         lse[h * T + q0 + i] = w.m[i] + std::log(w.l[i]);
       }
+      scale_rows(o, nq, dn, w.alpha);
+      g.store(o, dn, nq, D, 1.0f, out + q0 * hd + h * D, hd);
     });
   }
 }
