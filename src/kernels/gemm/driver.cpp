@@ -42,9 +42,10 @@ constexpr uint8_t kEmpty = 0, kPacking = 1, kReady = 2;
 // one_at_a_time: claim and pack each panel before claiming the next, so that tasks needing the
 // same panels (a short A shared by every task of a row block) share the packing instead of one
 // packing them all while the others wait. Used for A from an i-major source (panels packed
-// whole, not a chunk of k across all of them). Not for B: measured (bench/gemm_call_cost, fp32,
-// 2 threads, 256³) it made a task read half its B panels from the other core's cache, 193 →
-// 305 µs a call, where A gains (bf16 256³: 207 → 101 µs).
+// whole, not a chunk of k across all of them), and from a k-major one where a row block's
+// tasks run side by side (run_product). Not for B in general: measured (bench/gemm_call_cost,
+// fp32, 2 threads, 256³) it made a task read half its B panels from the other core's cache,
+// 193 → 305 µs a call, where A gains (bf16 256³: 207 → 101 µs).
 template <class PackPanels>
 void ensure_packed(std::atomic<uint8_t>* flags, int64_t begin, int64_t end, int64_t* claimed,
                    bool one_at_a_time, const PackPanels& pack) {
@@ -305,6 +306,15 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
       // several panels wide, which one at a time would not.
       const bool b_one_at_a_time = m_blocks > 1 && n_blocks == 1 &&
                                    round_up(s_cols, nr) * q_len * bytes > kSharedBPanelsBytes;
+      // A's panels likewise one at a time where the tasks of a row block run side by side (more
+      // than one column block), so that they pack its panels together instead of one waiting for
+      // the other: also from a k-major source (a weight gradient's dYᵀ), whose panels are packed
+      // a K block at a time and needed at once by both. Where a row block is one task, a set
+      // packs its source's rows several panels wide. Measured (scratch program, 2 threads,
+      // weight-gradient shapes over 8192 tokens, cache evicted between calls, median of 20):
+      // 256 × 1024 5.3 → 4.4–4.8 ms, 256 × 256 2.2 → 1.9; one at a time with one column block
+      // slowed 1024 × 256 4.4 → 5.0–5.4 and 768 × 256 3.4 → 3.8–4.0.
+      const bool a_one_at_a_time = trans_a == Trans::kNo || n_blocks > 1;
       // Tasks are numbered down the columns of blocks: the pool's threads start on contiguous
       // shares of them, so each packs B panels of its own, and the row blocks' A panels,
       // needed by all at once, are shared out panel by panel (ensure_packed).
@@ -352,17 +362,16 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
             const int64_t pk_len = std::min(pack_kc, q_len - k0);
             const int64_t k_valid = std::clamp<int64_t>(q_valid - k0, 0, pk_len);
             const int64_t block = k0 / pack_kc;
-            ensure_packed(a_flags + block * m_panels, std::max(i0, a_packed_row0) / mr,
-                          ceil_div(i0 + rows, mr), claimed, trans_a == Trans::kNo,
-                          [&](const int64_t* p, size_t n) {
-                            pack::pack_panels(
-                                pack_a,
-                                k_valid > 0 ? k_shifted(a_pass, lda, trans_a, a_bytes, k0) : a_pass,
-                                lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr, M,
-                                k_valid, pk_len, [&](int64_t q, int64_t k) {
-                                  return pa + la(q * mr - a_packed_row0, k0 + k) * bytes;
-                                });
-                          });
+            ensure_packed(
+                a_flags + block * m_panels, std::max(i0, a_packed_row0) / mr,
+                ceil_div(i0 + rows, mr), claimed, a_one_at_a_time, [&](const int64_t* p, size_t n) {
+                  pack::pack_panels(
+                      pack_a, k_valid > 0 ? k_shifted(a_pass, lda, trans_a, a_bytes, k0) : a_pass,
+                      lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr, M, k_valid, pk_len,
+                      [&](int64_t q, int64_t k) {
+                        return pa + la(q * mr - a_packed_row0, k0 + k) * bytes;
+                      });
+                });
             if (b_flags != nullptr) {
               ensure_packed(
                   b_flags + block * superblock_panels, j0 / nr, ceil_div(j0 + cols, nr), claimed,
