@@ -46,17 +46,24 @@ TEST(GemmPackedB, SameBitsAsPackingBInTheProduct) {
           const std::vector<float> C0 = random_values(static_cast<size_t>(s.M * s.N), seed++);
           const int64_t lda = ta == Trans::kNo ? s.K : s.M;
           const int64_t ldb = tb == Trans::kNo ? s.N : s.K;
-          const GemmBlocking blocking = default_blocking(kernel, s.M, s.N, s.K, 2);
-          std::vector<float> expected = C0, got = C0;
-          gemm_run(kernel, blocking, source, ta, tb, s.M, s.N, s.K, 0.75f, A.data(), lda, B.data(),
-                   ldb, 0.5f, expected.data(), s.N, nullptr);
           PackedB packed;
           pack_b_operand(kernel, source, tb, s.K, s.N, B.data(), ldb, packed);
-          gemm_run_packed_b(kernel, blocking, source, ta, s.M, s.N, 0.75f, A.data(), lda, packed,
-                            0.5f, got.data(), s.N, nullptr);
-          EXPECT_TRUE(same_bits(expected, got))
-              << kernel.isa << " M=" << s.M << " N=" << s.N << " K=" << s.K
-              << " ta=" << (ta == Trans::kYes) << " tb=" << (tb == Trans::kYes);
+          // The default blocking, and small blocks: several row and column blocks, whose tasks
+          // the driver numbers along the rows when B comes packed and down the columns when it
+          // packs B itself.
+          for (const GemmBlocking& blocking :
+               {default_blocking(kernel, s.M, s.N, s.K, 2),
+                GemmBlocking{2 * kernel.mr, 2 * kernel.nr, 2 * kernel.k_step}}) {
+            std::vector<float> expected = C0, got = C0;
+            gemm_run(kernel, blocking, source, ta, tb, s.M, s.N, s.K, 0.75f, A.data(), lda,
+                     B.data(), ldb, 0.5f, expected.data(), s.N, nullptr);
+            gemm_run_packed_b(kernel, blocking, source, ta, s.M, s.N, 0.75f, A.data(), lda, packed,
+                              0.5f, got.data(), s.N, nullptr);
+            EXPECT_TRUE(same_bits(expected, got))
+                << kernel.isa << " M=" << s.M << " N=" << s.N << " K=" << s.K
+                << " ta=" << (ta == Trans::kYes) << " tb=" << (tb == Trans::kYes) << " "
+                << blocking.name();
+          }
         }
       }
     }

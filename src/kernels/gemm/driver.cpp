@@ -317,10 +317,18 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
       const bool a_one_at_a_time = trans_a == Trans::kNo || n_blocks > 1;
       // Tasks are numbered down the columns of blocks: the pool's threads start on contiguous
       // shares of them, so each packs B panels of its own, and the row blocks' A panels,
-      // needed by all at once, are shared out panel by panel (ensure_packed).
+      // needed by all at once, are shared out panel by panel (ensure_packed). With B given
+      // packed there is no B to pack: then along the rows, so that a thread's share keeps to
+      // its own row blocks, whose A panels it packs alone and reads from its own cache.
+      // Measured (scratch program, 2 threads, bf16, A transposed, B packed, best / median of
+      // 2,000 calls): 256 × 256 × 512 61.7 / 79.7 → 43.2 / 50.3 µs, 256 × 1,024 × 512 234 /
+      // 260 → 157 / 219 µs.
+      const bool along_rows = packed_b != nullptr;
       pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int worker) {
-        const int64_t i0 = static_cast<int64_t>(task) % m_blocks * blk.mc;
-        const int64_t j0 = static_cast<int64_t>(task) / m_blocks * blk.nc;  // within superblock
+        const int64_t number = static_cast<int64_t>(task);
+        const int64_t i0 = (along_rows ? number / n_blocks : number % m_blocks) * blk.mc;
+        const int64_t j0 =
+            (along_rows ? number % n_blocks : number / m_blocks) * blk.nc;  // in superblock
         const int64_t rows = std::min(blk.mc, M - i0);
         const int64_t cols = std::min(blk.nc, s_cols - j0);
         float* const acc_memory =
