@@ -15,6 +15,7 @@
 #include "kernels/gemm/pack_panels.hpp"
 #include "kernels/gemm/packed_b.hpp"
 #include "kernels/target.hpp"
+#include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
@@ -309,12 +310,18 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
       // A's panels likewise one at a time where the tasks of a row block run side by side (more
       // than one column block), so that they pack its panels together instead of one waiting for
       // the other: also from a k-major source (a weight gradient's dYᵀ), whose panels are packed
-      // a K block at a time and needed at once by both. Where a row block is one task, a set
-      // packs its source's rows several panels wide. Measured (scratch program, 2 threads,
+      // a K block at a time and needed at once by both, provided a panel is at least a cache
+      // line of each source row (AMX's 32 rows; not the fp32 kernel's 8 floats, whose panels
+      // would each fetch every line again). Where a row block is one task, a set packs its
+      // source's rows several panels wide. Measured (scratch program, 2 threads, bf16 on AMX,
       // weight-gradient shapes over 8192 tokens, cache evicted between calls, median of 20):
       // 256 × 1024 5.3 → 4.4–4.8 ms, 256 × 256 2.2 → 1.9; one at a time with one column block
-      // slowed 1024 × 256 4.4 → 5.0–5.4 and 768 × 256 3.4 → 3.8–4.0.
-      const bool a_one_at_a_time = trans_a == Trans::kNo || n_blocks > 1;
+      // slowed 1024 × 256 4.4 → 5.0–5.4 and 768 × 256 3.4 → 3.8–4.0, and with the fp32
+      // kernel's panels speedrun's c_fc weight gradient (3072 × 768 × 1024) 274–280 → 255–258
+      // GFLOP/s (build/gemm_vs_peers).
+      const bool a_one_at_a_time =
+          trans_a == Trans::kNo ||
+          (n_blocks > 1 && mr * a_bytes >= static_cast<int64_t>(kCacheLine));
       // Tasks are numbered down the columns of blocks: the pool's threads start on contiguous
       // shares of them, so each packs B panels of its own, and the row blocks' A panels,
       // needed by all at once, are shared out panel by panel (ensure_packed). With B given
