@@ -325,12 +325,15 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
       // Tasks are numbered down the columns of blocks: the pool's threads start on contiguous
       // shares of them, so each packs B panels of its own, and the row blocks' A panels,
       // needed by all at once, are shared out panel by panel (ensure_packed). With B given
-      // packed there is no B to pack: then along the rows, so that a thread's share keeps to
-      // its own row blocks, whose A panels it packs alone and reads from its own cache.
+      // packed, A to pack and the superblock's B small enough to stay in a core's L2, they are
+      // numbered along the rows instead: a thread's share then keeps to its own row blocks,
+      // whose A panels it packs alone and reads from its own cache, and it reads all of that B.
       // Measured (scratch program, 2 threads, bf16, A transposed, B packed, best / median of
-      // 2,000 calls): 256 × 256 × 512 61.7 / 79.7 → 43.2 / 50.3 µs, 256 × 1,024 × 512 234 /
-      // 260 → 157 / 219 µs.
-      const bool along_rows = packed_b != nullptr;
+      // 2,000 calls): 256 × 256 × 512 61.7 / 79.7 → 43.2 / 50.3 µs, 256 × 1,024 × 512 234 / 260
+      // → 157 / 219 µs. Along the rows with an A read in place and speedrun's packed weights
+      // (1.2–4.7 MB) took build/gemm_vs_peers' speedrun geomean from 1.09x to 1.01–1.07x.
+      const bool along_rows = packed_b != nullptr && !a_in_place &&
+                              round_up(s_cols, nr) * q_len * bytes <= kTaskPanelsBytes;
       pool.parallel_for(static_cast<size_t>(m_blocks * n_blocks), [&](size_t task, int worker) {
         const int64_t number = static_cast<int64_t>(task);
         const int64_t i0 = (along_rows ? number / n_blocks : number % m_blocks) * blk.mc;
