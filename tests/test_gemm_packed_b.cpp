@@ -49,8 +49,8 @@ TEST(GemmPackedB, SameBitsAsPackingBInTheProduct) {
           PackedB packed;
           pack_b_operand(kernel, source, tb, s.K, s.N, B.data(), ldb, packed);
           // The default blocking, and small blocks: several row and column blocks, whose tasks
-          // the driver numbers along the rows when B comes packed and down the columns when it
-          // packs B itself.
+          // the driver numbers along the rows when B comes packed (small) and A is packed, and
+          // down the columns when it packs B itself.
           for (const GemmBlocking& blocking :
                {default_blocking(kernel, s.M, s.N, s.K, 2),
                 GemmBlocking{2 * kernel.mr, 2 * kernel.nr, 2 * kernel.k_step}}) {
