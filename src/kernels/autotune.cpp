@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -28,6 +29,11 @@ constexpr const char* kFormatTag = "nanogpt-autotune-cache";
 constexpr int64_t kFormatVersion = 1;
 
 thread_local AutotuneCache* g_current_override = nullptr;
+
+uint64_t next_cache_id() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
+}
 
 std::string format_seconds(double s) {
   char buf[48];
@@ -127,7 +133,8 @@ AutotuneCache::AutotuneCache(std::string dir, CpuIdentity cpu, AutotuneMode mode
     : dir_(std::move(dir)),
       cpu_(std::move(cpu)),
       mode_(mode),
-      path_(dir_.empty() ? "" : dir_ + "/" + file_name_for(cpu_)) {}
+      path_(dir_.empty() ? "" : dir_ + "/" + file_name_for(cpu_)),
+      id_(next_cache_id()) {}
 
 AutotuneCache& AutotuneCache::global() {
   static AutotuneCache cache(autotune_cache_dir_from_env(), CpuIdentity::current(),

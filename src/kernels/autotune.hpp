@@ -93,6 +93,9 @@ class AutotuneCache {
   AutotuneMode mode() const { return mode_; }
   const std::string& dir() const { return dir_; }
   const std::string& file_path() const { return path_; }  // "" when there is no cache dir
+  // Unique among the caches this process ever creates (never reused after one is destroyed),
+  // so what a caller remembers of a cache's answers can be keyed by it (gemm/blocking_memo.hpp).
+  uint64_t id() const { return id_; }
 
   // Built from the environment and this CPU on first use.
   static AutotuneCache& global();
@@ -138,6 +141,7 @@ class AutotuneCache {
   const CpuIdentity cpu_;
   const AutotuneMode mode_;
   const std::string path_;
+  const uint64_t id_;
 
   std::recursive_mutex mutex_;
   std::map<std::string, Entry> entries_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/autotune.hpp"
+#include "kernels/gemm/blocking_memo.hpp"
 #include "kernels/gemm/pack_panels.hpp"
 #include "kernels/gemm/packed_b.hpp"
 #include "kernels/target.hpp"
@@ -472,6 +473,12 @@ GemmBlocking blocking_for(const MicroKernel& kernel, PackSources sources, Trans 
   if (M <= 0 || N <= 0 || static_cast<double>(M) * N * K < kTuneMinWork) {
     return fallback;
   }
+  // The choice a recent call made for the same question, without the lookup's cost.
+  thread_local BlockingMemo memo;
+  const BlockingQuery query =
+      blocking_query(AutotuneCache::current().id(), kernel, sources, trans_a, trans_b,
+                     packed_b != nullptr, threads, M, N, K);
+  if (const GemmBlocking* known = memo.find(query)) return *known;
   TuneKey key;
   key.op = std::string("gemm_") + (trans_a == Trans::kNo ? "n" : "t") +
            (trans_b == Trans::kNo ? "n" : "t") + "_threads" + std::to_string(threads);
@@ -514,7 +521,9 @@ GemmBlocking blocking_for(const MicroKernel& kernel, PackSources sources, Trans 
         },
         1);
   });
-  return chosen < candidates.size() ? fitted(chosen) : fallback;
+  const GemmBlocking blocking = chosen < candidates.size() ? fitted(chosen) : fallback;
+  memo.remember(query, blocking);
+  return blocking;
 }
 
 }  // namespace
