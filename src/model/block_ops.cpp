@@ -314,6 +314,9 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
   // accumulated in token order, before the parallel pass rescales dv. Threads take disjoint
   // column ranges, so that order, and the bits, do not depend on the thread count.
   if (dve != nullptr) {
+    // Reads dv (a row's last kv floats) and read-modify-writes a row of dve per token.
+    ProfileScope scope("elementwise", "value_embed.bwd", {T, kv}, 0.0,
+                       12.0 * static_cast<double>(T * kv));
     constexpr int64_t kColumns = 64;
     ThreadPool::current().parallel_for(
         static_cast<size_t>(ceil_div(kv, kColumns)), [&](size_t chunk, int) {
