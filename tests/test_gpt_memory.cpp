@@ -92,7 +92,9 @@ TEST(GptMemory, KernelScratchLivesInTheModelsWorkspace) {
 // the model keeps (9 + L/2)·d + 4·H·D + 2 floats of its own (x0, the final norm, the backward's
 // buffers, the U-net's skip gradients) and 16 bytes of token, document and position. With bf16
 // products, h and dh are stored in bf16, 8·d·(L + 1) bytes fewer, and the qkv projection's
-// output gradient is kept rounded beside attention's, 2·3·H·D bytes more (H_kv = H).
+// output gradient is kept rounded beside attention's, 2·3·H·D bytes more (H_kv = H), as are
+// the norms the products read: 2·d bytes more for each layer's norm2 and each attention layer's
+// norm1.
 TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   Config c = micro_config();  // layer 3 without attention
   set_config_value(c, "precision=fp32");
@@ -111,13 +113,17 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   EXPECT_EQ(model.activation_bytes(), static_cast<size_t>(T * (4 * floats + 16)));
 
   // With bf16 products, h (every layer) and dh (once) are stored rounded: 2 bytes a value; and
-  // the gradient of qkv_raw (once) is kept rounded as well as attention's own in fp32.
+  // the gradient of qkv_raw (once) is kept rounded as well as attention's own in fp32, and the
+  // norms (norm2 every layer, norm1 with attention) rounded as well as in fp32.
   set_config_value(c, "precision=bf16");
   Gpt rounded(c);
   rounded.init_parameters(3);
   rounded.forward_backward(b.inputs, b.targets, 1, 1.0f / T, 128);
+  int64_t norms = L;
+  for (int64_t i = 0; i < L; ++i) norms += c.has_attention(i) ? 1 : 0;
   EXPECT_EQ(rounded.activation_bytes(),
-            static_cast<size_t>(T * (4 * floats + 16 - 2 * 4 * d * (L + 1) + 2 * 3 * HD)));
+            static_cast<size_t>(
+                T * (4 * floats + 16 - 2 * 4 * d * (L + 1) + 2 * 3 * HD + 2 * d * norms)));
 }
 
 // A cached forward (decoding, scoring) keeps one block's activations, whichever layer runs, plus

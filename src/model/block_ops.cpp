@@ -52,6 +52,18 @@ std::array<double, k> sum_blocks(const std::vector<std::array<double, k>>& parti
   return total;
 }
 
+// out[j0, j0 + len) = values[...] rounded to bf16, where out is given (float only: the double
+// model never stores rounded rows).
+template <class Real>
+void round_rows(const Real* values, bf16* out, int64_t j0, int64_t len) {
+  if (out == nullptr) return;
+  if constexpr (std::is_same_v<Real, float>) {
+    round_to_bf16(values + j0, len, out + j0);
+  } else {
+    throw std::invalid_argument("round_rows: bf16 rows are for float models");
+  }
+}
+
 }  // namespace
 
 template <class Real>
@@ -102,6 +114,28 @@ void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_
     }
   }
   linear_forward(precision, name, T, n_in, n_out, x.values, W, beta, y, epilogue, packed);
+}
+
+template <class Real>
+void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
+                    ProductRows<Real> x, const Real* W, ProductRows<Real> y,
+                    const ProductEpilogue<Real>& epilogue, const PackedB* packed) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (x.rounded != nullptr && y.rounded != nullptr) {
+      if (packed != nullptr) {
+        model_gemm_packed(name, T, x.rounded, *packed, y.rounded, epilogue);
+      } else {
+        model_gemm(precision, name, Trans::kNo, Trans::kYes, T, n_out, n_in, 1.0f, x.rounded, n_in,
+                   W, n_in, y.rounded, n_out, epilogue);
+      }
+      return;
+    }
+    if (x.rounded != nullptr) {
+      linear_forward(precision, name, T, n_in, n_out, x, W, 0.0f, y.values, epilogue, packed);
+      return;
+    }
+  }
+  linear_forward(precision, name, T, n_in, n_out, x.values, W, y, epilogue, packed);
 }
 
 template <class Real>
@@ -165,6 +199,23 @@ void linear_backward_weight(Precision precision, const char* name, int64_t T, in
 }
 
 template <class Real>
+void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
+                            int64_t n_out, ProductRows<Real> dy, ProductRows<Real> x, Real* dW) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (dy.rounded != nullptr && x.rounded != nullptr) {
+      model_gemm(precision, name, Trans::kYes, Trans::kNo, n_out, n_in, T, 1.0f, dy.rounded, n_out,
+                 x.rounded, n_in, 1.0f, dW, n_in);
+      return;
+    }
+    if (x.rounded != nullptr) {
+      linear_backward_weight(precision, name, T, n_in, n_out, dy.values, x, dW);
+      return;
+    }
+  }
+  linear_backward_weight(precision, name, T, n_in, n_out, dy, x.values, dW);
+}
+
+template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, ProductRows<Real> dy, const Real* W, Real* dx) {
   if constexpr (std::is_same_v<Real, float>) {
@@ -205,9 +256,9 @@ void embed_norm_backward(int64_t T, int64_t d, const int32_t* tokens, const Real
 template <class Real>
 void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* skip_src, Real skip,
                           const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
-                          Real* norm, Real* rstd) {
+                          Real* norm, Real* rstd, bf16* norm_rounded) {
   // Floats moved per row, for the profiler: the copy into x_res writes one row more.
-  const int64_t per_row = (x_res != nullptr ? 4 : 3) * d;
+  const int64_t per_row = (x_res != nullptr ? 4 : 3) * d + (norm_rounded != nullptr ? d / 2 : 0);
   for_row_blocks("residual_mix.norm1", T, per_row, [&](int64_t, int64_t t0, int64_t t1) {
     // The optional inputs are tested once per block, not per element (a select
     // between pointers inside the loop kept it scalar: perf, 2026-11-26).
@@ -226,6 +277,7 @@ void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* 
     if (x_res != nullptr) std::memcpy(x_res + j0, x_mix + j0, bytes);
     if (norm != nullptr)
       rmsnorm_forward(&x_mix[t0 * d], d, &norm[t0 * d], d, &rstd[t0], t1 - t0, d);
+    round_rows(norm, norm_rounded, j0, len);
   });
 }
 
@@ -255,10 +307,12 @@ std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_
 
 template <class Real>
 void rmsnorm_rows_forward(const char* name, int64_t T, int64_t d, const Real* x, Real* y,
-                          Real* rstd, Real* copy) {
-  for_row_blocks(name, T, (copy != nullptr ? 3 : 2) * d, [&](int64_t, int64_t t0, int64_t t1) {
+                          Real* rstd, Real* copy, bf16* y_rounded) {
+  const int64_t per_row = (copy != nullptr ? 3 : 2) * d + (y_rounded != nullptr ? d / 2 : 0);
+  for_row_blocks(name, T, per_row, [&](int64_t, int64_t t0, int64_t t1) {
     rmsnorm_forward(x + t0 * d, d, &y[t0 * d], d, &rstd[t0], t1 - t0, d);
     if (copy != nullptr) std::memcpy(&copy[t0 * d], &x[t0 * d], (t1 - t0) * d * sizeof(Real));
+    round_rows(y, y_rounded, t0 * d, (t1 - t0) * d);
   });
 }
 
@@ -388,18 +442,23 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
                                      const ProductEpilogue<Real>&, const PackedB*);                \
   template void linear_backward_weight<Real>(Precision, const char*, int64_t, int64_t, int64_t,    \
                                              const Real*, ProductRows<Real>, Real*);               \
+  template void linear_backward_weight<Real>(Precision, const char*, int64_t, int64_t, int64_t,    \
+                                             ProductRows<Real>, ProductRows<Real>, Real*);         \
+  template void linear_forward<Real>(Precision, const char*, int64_t, int64_t, int64_t,            \
+                                     ProductRows<Real>, const Real*, ProductRows<Real>,            \
+                                     const ProductEpilogue<Real>&, const PackedB*);                \
   template void embed_norm_forward<Real>(int64_t, int64_t, const int32_t*, const Real*, Real*,     \
                                          Real*);                                                   \
   template void embed_norm_backward<Real>(int64_t, int64_t, const int32_t*, const Real*,           \
                                           const Real*, Real*, const Real*, Real*, Real*);          \
   template void residual_mix_forward<Real>(int64_t, int64_t, const Real*, const Real*, Real,       \
                                            const Real*, Real, Real, Real*, Real*, Real*, Real*,    \
-                                           Real*);                                                 \
+                                           Real*, bf16*);                                          \
   template std::array<double, 3> residual_mix_backward<Real>(int64_t, int64_t, const Real*,        \
                                                              const Real*, const Real*, Real, Real, \
                                                              Real, Real*, Real*, Real*);           \
   template void rmsnorm_rows_forward<Real>(const char*, int64_t, int64_t, const Real*, Real*,      \
-                                           Real*, Real*);                                          \
+                                           Real*, Real*, bf16*);                                   \
   template void rmsnorm_rows_backward<Real>(const char*, int64_t, int64_t, const Real*,            \
                                             const Real*, const Real*, Real*, bool);                \
   template void add_rows<Real>(const char*, int64_t, int64_t, const Real*, Real*);                 \

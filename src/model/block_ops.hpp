@@ -48,6 +48,11 @@ template <class Real>
 void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
                     ProductRows<Real> x, const Real* W, Real beta, Real* y,
                     const ProductEpilogue<Real>& epilogue, const PackedB* packed);
+// From x as it is stored into y as it is stored (the MLP's c_fc from norm2's rows).
+template <class Real>
+void linear_forward(Precision precision, const char* name, int64_t T, int64_t n_in, int64_t n_out,
+                    ProductRows<Real> x, const Real* W, ProductRows<Real> y,
+                    const ProductEpilogue<Real>& epilogue, const PackedB* packed);
 // dW += dyᵀ·x.
 template <class Real>
 void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
@@ -72,6 +77,9 @@ template <class Real>
 void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
                             int64_t n_out, const Real* dy, ProductRows<Real> x, Real* dW);
 template <class Real>
+void linear_backward_weight(Precision precision, const char* name, int64_t T, int64_t n_in,
+                            int64_t n_out, ProductRows<Real> dy, ProductRows<Real> x, Real* dW);
+template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, ProductRows<Real> dy, const Real* W, Real* dx);
 
@@ -94,10 +102,11 @@ void embed_norm_backward(int64_t T, int64_t d, const int32_t* tokens, const Real
 //   x_res = x_mix (x_res null: not copied; a block whose attention projection adds x_mix in
 //   its epilogue, ProductEpilogue::residual, needs no copy)
 //   norm = rmsnorm(x_mix), rstd   (norm null: not computed; attention-free blocks)
+//   norm_rounded = norm rounded to bf16 (if not null; float only): the rows the products read
 template <class Real>
 void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* skip_src, Real skip,
                           const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
-                          Real* norm, Real* rstd);
+                          Real* norm, Real* rstd, bf16* norm_rounded = nullptr);
 // Backward of the mix. dx holds d(x_mix) on entry and d(x_prev) on return; dx0 += λ1·dx_mix
 // (x0 null: no mixing, dx0 untouched), dskip_src += skip·d(x_in) (if skip_src). Returns
 // Σ d(x_mix)·x_in, Σ d(x_mix)·x0 (the lambdas' gradients; 0 without x0) and Σ d(x_in)·skip_src
@@ -108,10 +117,11 @@ std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_
                                             Real* dx, Real* dx0, Real* dskip_src);
 
 // y = rmsnorm(x) (and copy = x, if not null: the residual a branch adds to in place, as the
-// experts' combine does), by rows.
+// experts' combine does; y_rounded = y rounded to bf16, if not null, float only: the rows the
+// products read), by rows.
 template <class Real>
 void rmsnorm_rows_forward(const char* name, int64_t T, int64_t d, const Real* x, Real* y,
-                          Real* rstd, Real* copy = nullptr);
+                          Real* rstd, Real* copy = nullptr, bf16* y_rounded = nullptr);
 // dx = rmsnorm'(dy) (accumulate: dx += rmsnorm'(dy)), by rows.
 template <class Real>
 void rmsnorm_rows_backward(const char* name, int64_t T, int64_t d, const Real* y, const Real* rstd,

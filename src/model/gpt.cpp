@@ -222,11 +222,13 @@ void GptT<Real>::size_block(LayerActivations& A, int64_t layer, int64_t T) {
     resize(A.ye, rows * d);
   } else if (product_rows_rounded()) {
     resize(A.h_rounded, T * 4 * d);
+    resize(A.norm2_rounded, T * d);
   } else {
     resize(A.h, T * 4 * d);
   }
   if (config_.has_attention(layer)) {
     resize(A.norm1, T * d);
+    if (product_rows_rounded()) resize(A.norm1_rounded, T * d);
     resize(A.rstd1, T);
     resize(A.qkv_raw, T * s.row());
     resize(A.rstd_qk, T * (s.Hq + s.Hkv));
@@ -295,8 +297,9 @@ size_t GptT<Real>::activation_bytes() const {
           &A.he, &A.ye}) {
       total += bytes_of(*v);
     }
-    total += bytes_of(A.h_rounded) + bytes_of(A.expert_ids) + bytes_of(A.plan.offsets) +
-             bytes_of(A.plan.entry_of_row) + bytes_of(A.plan.row_of_entry);
+    total += bytes_of(A.h_rounded) + bytes_of(A.norm1_rounded) + bytes_of(A.norm2_rounded) +
+             bytes_of(A.expert_ids) + bytes_of(A.plan.offsets) + bytes_of(A.plan.entry_of_row) +
+             bytes_of(A.plan.row_of_entry);
   }
   for (const AlignedVector<Real>* v :
        {&dx_, &dx0_, &dh_, &dqkv_, &dattn_, &dnorm_, &dye_, &dhe_, &dxe_, &dgates_, &dlogits_}) {
@@ -332,6 +335,16 @@ ProductRows<Real> rows_as_stored(bool in_bf16, AlignedVector<Real>& values,
 template <class Real>
 ProductRows<Real> GptT<Real>::hidden(LayerActivations& A) const {
   return rows_as_stored(product_rows_rounded(), A.h, A.h_rounded);
+}
+
+template <class Real>
+ProductRows<Real> GptT<Real>::norm1_rows(LayerActivations& A) const {
+  return rows_as_stored(product_rows_rounded(), A.norm1, A.norm1_rounded);
+}
+
+template <class Real>
+ProductRows<Real> GptT<Real>::norm2_rows(LayerActivations& A) const {
+  return rows_as_stored(product_rows_rounded(), A.norm2, A.norm2_rounded);
 }
 
 template <class Real>
@@ -556,9 +569,10 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
     residual_mix_forward(T, d, x, skip_src, skip, mix ? x0_.data() : nullptr,
                          mix ? w.lambdas[0] : Real(1), mix ? w.lambdas[1] : Real(0), A.x_in.data(),
                          A.x_mix.data(), attention ? nullptr : A.x_attn.data(),
-                         attention ? A.norm1.data() : nullptr, A.rstd1.data());
+                         attention ? A.norm1.data() : nullptr, A.rstd1.data(),
+                         attention ? norm1_rows(A).rounded : nullptr);
     if (attention) {
-      linear_forward(precision_, "attn.qkv.fwd", T, d, qkv.row(), A.norm1.data(), w.qkv_w, Real(0),
+      linear_forward(precision_, "attn.qkv.fwd", T, d, qkv.row(), norm1_rows(A), w.qkv_w, Real(0),
                      A.qkv_raw.data(), {}, packed_for(cached, w.qkv_w, qkv.row(), d));
       qk_norm_rotary_v_mix_forward(T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed,
                                    w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(),
@@ -578,7 +592,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
     // combine adds to x_out in place, so a MoE block copies x_attn into it first.
     const bool moe = config_.is_moe_layer(i);
     rmsnorm_rows_forward("norm2", T, d, A.x_attn.data(), A.norm2.data(), A.rstd2.data(),
-                         moe ? x_out : nullptr);
+                         moe ? x_out : nullptr, moe ? nullptr : norm2_rows(A).rounded);
     ProductEpilogue<Real> relu2;
     relu2.relu_squared = true;
     if (moe) {
@@ -599,8 +613,8 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
       model_moe_combine(A.plan, d, A.ye.data(), A.gates.data(), x_out);
     } else {
       const ProductRows<Real> h = hidden(A);
-      linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, A.norm2.data(), w.c_fc, h,
-                     relu2, packed_for(cached, w.c_fc, 4 * d, d));
+      linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, norm2_rows(A), w.c_fc, h, relu2,
+                     packed_for(cached, w.c_fc, 4 * d, d));
       ProductEpilogue<Real> onto_x_attn;
       onto_x_attn.residual = A.x_attn.data();
       linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, h, w.mlp_proj, Real(0), x_out,
@@ -722,7 +736,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
   for (auto& s : dskip_) std::fill(s.begin(), s.end(), Real(0));
 
   for (int64_t i = L - 1; i >= 0; --i) {
-    const LayerActivations& A = layers_[static_cast<size_t>(i)];
+    LayerActivations& stored = layers_[static_cast<size_t>(i)];  // for the ProductRows views
+    const LayerActivations& A = stored;
     const BlockWeights<Real>& w = w_.blocks[static_cast<size_t>(i)];
     const BlockWeights<Real>& g = g_.blocks[static_cast<size_t>(i)];
     // dx is the gradient of this block's output; the first half's outputs also fed a skip.
@@ -758,7 +773,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                             dnorm_.data());
       model_moe_gather_backward(A.plan, d, dxe_.data(), dnorm_.data());
     } else {
-      const ProductRows<Real> h = hidden(layers_[static_cast<size_t>(i)]);
+      const ProductRows<Real> h = hidden(stored);
       linear_backward_weight(precision_, "mlp.c_proj.dW", T, 4 * d, d, dx, h, g.mlp_proj);
       ProductEpilogue<Real> relu2_grad;
       relu2_grad.relu_squared_output = h.values;
@@ -767,7 +782,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       const ProductRows<Real> dh = hidden_gradient();
       linear_backward_input(precision_, "mlp.c_proj.dX.relu2_bwd", T, 4 * d, d, dx, w.mlp_proj, dh,
                             relu2_grad);
-      linear_backward_weight(precision_, "mlp.c_fc.dW", T, d, 4 * d, dh, A.norm2.data(), g.c_fc);
+      linear_backward_weight(precision_, "mlp.c_fc.dW", T, d, 4 * d, dh, norm2_rows(stored),
+                             g.c_fc);
       linear_backward_input(precision_, "mlp.c_fc.dX", T, d, 4 * d, dh, w.c_fc, dnorm_.data());
     }
     rmsnorm_rows_backward("norm2.bwd", T, d, A.norm2.data(), A.rstd2.data(), dnorm_.data(), dx,
@@ -790,7 +806,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
           dqkv_.data(), draw.rounded);
       g.attn_lambdas[0] += static_cast<Real>(dla[0]);
       g.attn_lambdas[1] += static_cast<Real>(dla[1]);
-      linear_backward_weight(precision_, "attn.qkv.dW", T, d, qkv.row(), draw, A.norm1.data(),
+      linear_backward_weight(precision_, "attn.qkv.dW", T, d, qkv.row(), draw, norm1_rows(stored),
                              g.qkv_w);
       linear_backward_input(precision_, "attn.qkv.dX", T, d, qkv.row(), draw, w.qkv_w,
                             dnorm_.data());

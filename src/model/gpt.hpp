@@ -200,6 +200,10 @@ class GptT {
     AlignedVector<Real> h;          // [T, 4d] relu²(c_fc · norm2), or in h_rounded:
     AlignedVector<bf16> h_rounded;  // with bf16 products on float (read only by products)
     AlignedVector<Real> x_out;      // [T, d] block output
+    // With bf16 products on float, norm1 and norm2 rounded: what their products read (the
+    // forward's A in place, the weight gradient's B), [T, d] each (norm2's for dense MLPs).
+    AlignedVector<bf16> norm1_rounded;
+    AlignedVector<bf16> norm2_rounded;
     // A mixture-of-experts MLP instead of h (rows = T·k, in expert order):
     AlignedVector<Real> router_probs;  // [T, E]
     std::vector<int32_t> expert_ids;   // [T·k] each token's experts
@@ -285,6 +289,9 @@ class GptT {
   // (ProductRows): with bf16 products on float.
   bool product_rows_rounded() const;
   ProductRows<Real> hidden(LayerActivations& A) const;  // the MLP's h
+  // The norms' rows as the products read them (rounded with bf16 products on float).
+  ProductRows<Real> norm1_rows(LayerActivations& A) const;
+  ProductRows<Real> norm2_rows(LayerActivations& A) const;
   ProductRows<Real> hidden_gradient();
   ProductRows<Real> qkv_gradient();
   // Held by pointer so the model stays movable (a Workspace is not).

@@ -148,17 +148,42 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 }
 
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
-                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-                bf16* C_bf16, int64_t ldc, const ProductEpilogue<float>& epilogue) {
+                int64_t K, float alpha, const bf16* A, int64_t lda, const bf16* B, int64_t ldb,
+                float beta, float* C, int64_t ldc) {
+  mixed_gemm(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {});
+}
+
+namespace {
+
+// A bf16 product stored only rounded (GemmEpilogue::c_bf16_only), A as TA (float or bf16).
+template <class TA>
+void gemm_to_bf16(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                  int64_t K, float alpha, const TA* A, int64_t lda, const float* B, int64_t ldb,
+                  bf16* C_bf16, int64_t ldc, const ProductEpilogue<float>& epilogue) {
   require_bf16_products(precision, name);
   const double m = static_cast<double>(M), n = static_cast<double>(N), k = static_cast<double>(K);
   ProfileScope scope("gemm", name, {M, N, K}, 2.0 * m * n * k,
-                     4.0 * (m * k + k * n) + (2.0 + epilogue_bytes(epilogue)) * m * n);
+                     static_cast<double>(sizeof(TA)) * m * k + 4.0 * k * n +
+                         (2.0 + epilogue_bytes(epilogue)) * m * n);
   GemmEpilogue ep = gemm_epilogue(epilogue, ldc);
   ep.c_bf16 = C_bf16;
   ep.ld_c_bf16 = ldc;
   ep.c_bf16_only = true;
   gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, nullptr, ldc, &ep);
+}
+
+}  // namespace
+
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                bf16* C_bf16, int64_t ldc, const ProductEpilogue<float>& epilogue) {
+  gemm_to_bf16(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, C_bf16, ldc, epilogue);
+}
+
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const bf16* A, int64_t lda, const float* B, int64_t ldb,
+                bf16* C_bf16, int64_t ldc, const ProductEpilogue<float>& epilogue) {
+  gemm_to_bf16(precision, name, ta, tb, M, N, K, alpha, A, lda, B, ldb, C_bf16, ldc, epilogue);
 }
 
 void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, float beta,
@@ -184,18 +209,34 @@ void model_gemm_packed(const char* name, int64_t M, const bf16* A, const PackedB
   matmul(Trans::kNo, M, 1.0f, A, B.K, B, beta, C, B.N, epilogue_or_null(epilogue, ep));
 }
 
-void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, bf16* C_bf16,
-                       const ProductEpilogue<float>& epilogue) {
+namespace {
+
+template <class TA>
+void packed_gemm_to_bf16(const char* name, int64_t M, const TA* A, const PackedB& B, bf16* C_bf16,
+                         const ProductEpilogue<float>& epilogue) {
   const double m = static_cast<double>(M), n = static_cast<double>(B.N),
                k = static_cast<double>(B.K);
-  ProfileScope scope(
-      "gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
-      4.0 * m * k + (2.0 + epilogue_bytes(epilogue)) * m * n + static_cast<double>(B.data.size()));
+  ProfileScope scope("gemm", name, {M, B.N, B.K}, 2.0 * m * n * k,
+                     static_cast<double>(sizeof(TA)) * m * k +
+                         (2.0 + epilogue_bytes(epilogue)) * m * n +
+                         static_cast<double>(B.data.size()));
   GemmEpilogue ep = gemm_epilogue(epilogue, B.N);
   ep.c_bf16 = C_bf16;
   ep.ld_c_bf16 = B.N;
   ep.c_bf16_only = true;
   matmul(Trans::kNo, M, 1.0f, A, B.K, B, 0.0f, nullptr, B.N, &ep);
+}
+
+}  // namespace
+
+void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, bf16* C_bf16,
+                       const ProductEpilogue<float>& epilogue) {
+  packed_gemm_to_bf16(name, M, A, B, C_bf16, epilogue);
+}
+
+void model_gemm_packed(const char* name, int64_t M, const bf16* A, const PackedB& B, bf16* C_bf16,
+                       const ProductEpilogue<float>& epilogue) {
+  packed_gemm_to_bf16(name, M, A, B, C_bf16, epilogue);
 }
 
 void model_grouped_gemm_rows(Precision precision, const char* name, const MoePlan& plan,

@@ -90,10 +90,17 @@ void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const bf16* B, int64_t ldb,
                 float beta, float* C, int64_t ldc);
+// Both given rounded.
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const bf16* A, int64_t lda, const bf16* B, int64_t ldb,
+                float beta, float* C, int64_t ldc);
 // The same finished product (alpha·op(A)·op(B), then the epilogue) stored only rounded to bf16,
 // C_bf16 (GemmEpilogue::c_bf16_only): for a result that bf16 products alone read.
 void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                bf16* C_bf16, int64_t ldc, const ProductEpilogue<float>& epilogue);
+void model_gemm(Precision precision, const char* name, Trans ta, Trans tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const bf16* A, int64_t lda, const float* B, int64_t ldb,
                 bf16* C_bf16, int64_t ldc, const ProductEpilogue<float>& epilogue);
 
 // C = A·op(B) + beta·C with op(B) packed once (model/packed_weights.hpp): M rows of A
@@ -105,6 +112,8 @@ void model_gemm_packed(const char* name, int64_t M, const bf16* A, const PackedB
                        float* C, const ProductEpilogue<float>& epilogue);
 // The same finished product stored only rounded to bf16, into C_bf16 (ldc = B.N).
 void model_gemm_packed(const char* name, int64_t M, const float* A, const PackedB& B, bf16* C_bf16,
+                       const ProductEpilogue<float>& epilogue);
+void model_gemm_packed(const char* name, int64_t M, const bf16* A, const PackedB& B, bf16* C_bf16,
                        const ProductEpilogue<float>& epilogue);
 
 // A mixture of experts' products over the expert groups of `plan` (kernels/grouped_gemm.hpp),
