@@ -73,6 +73,52 @@ TEST(BlockOps, ResidualEpilogueGivesTheBitsOfBetaOneOnACopy) {
   }
 }
 
+// Rows stored rounded (the norms' rounded copies, ProductRows::rounded) give their products the
+// bits of the fp32 rows they were rounded from: the MLP's c_fc forward into rounded rows, with
+// its relu², W packed per call and once, and a weight gradient whose two operands are both
+// rounded. And the norm's pass writes exactly round_to_bf16 of its fp32 rows.
+TEST(BlockOps, RoundedRowsGiveTheBitsOfTheirFp32Rows) {
+  std::mt19937 rng(9073);
+  const std::vector<float> x_raw = random_values<float>(kT * kIn, rng);
+  std::vector<float> x(x_raw.size()), rstd(kT);
+  std::vector<bf16> x_rounded(x.size(), bf16{0x7FC0});
+  rmsnorm_rows_forward("test.norm", kT, kIn, x_raw.data(), x.data(), rstd.data(),
+                       static_cast<float*>(nullptr), x_rounded.data());
+  std::vector<bf16> want(x.size());
+  round_to_bf16(x.data(), static_cast<int64_t>(x.size()), want.data());
+  EXPECT_EQ(std::memcmp(want.data(), x_rounded.data(), want.size() * sizeof(bf16)), 0);
+
+  const std::vector<float> W = random_values<float>(kOut * kIn, rng);
+  PackedWeights packed_weights;
+  const PackedB& packed = packed_weights.forward(W.data(), kOut, kIn, Precision::kBf16, 1);
+  ProductEpilogue<float> relu2;
+  relu2.relu_squared = true;
+  for (const PackedB* pack : {static_cast<const PackedB*>(nullptr), &packed}) {
+    std::vector<bf16> from_fp32(kT * kOut), from_rounded(kT * kOut);
+    linear_forward(Precision::kBf16, "test.fp32", kT, kIn, kOut, x.data(), W.data(),
+                   ProductRows<float>{nullptr, from_fp32.data()}, relu2, pack);
+    linear_forward(Precision::kBf16, "test.rounded", kT, kIn, kOut,
+                   ProductRows<float>{nullptr, x_rounded.data()}, W.data(),
+                   ProductRows<float>{nullptr, from_rounded.data()}, relu2, pack);
+    EXPECT_EQ(std::memcmp(from_fp32.data(), from_rounded.data(), from_fp32.size() * sizeof(bf16)),
+              0)
+        << (pack != nullptr ? "W packed once" : "W packed per call");
+  }
+
+  const std::vector<float> dy = random_values<float>(kT * kOut, rng);
+  std::vector<bf16> dy_rounded(dy.size());
+  round_to_bf16(dy.data(), static_cast<int64_t>(dy.size()), dy_rounded.data());
+  const std::vector<float> dW0 = random_values<float>(kOut * kIn, rng);
+  std::vector<float> dW_fp32 = dW0, dW_rounded = dW0;
+  linear_backward_weight(Precision::kBf16, "test.fp32", kT, kIn, kOut,
+                         ProductRows<float>{nullptr, dy_rounded.data()}, x.data(), dW_fp32.data());
+  linear_backward_weight(Precision::kBf16, "test.rounded", kT, kIn, kOut,
+                         ProductRows<float>{nullptr, dy_rounded.data()},
+                         ProductRows<float>{nullptr, x_rounded.data()}, dW_rounded.data());
+  EXPECT_TRUE(same_bits(dW_fp32, dW_rounded));
+  EXPECT_FALSE(same_bits(dW0, dW_rounded));  // the product was really added
+}
+
 TEST(BlockOps, ResidualEpilogueInFloat64) {
   std::mt19937 rng(9072);
   const std::vector<double> x = random_values<double>(kT * kIn, rng);
