@@ -468,10 +468,13 @@ class FusedHead {
         logits_(logits_workspace(c.logit_rows * c.ld)),
         loss_(static_cast<size_t>(c.rows)) {
     if (c.fp8) {
-      w_rounded_.resize(static_cast<size_t>(c.V * c.d));
-      round_e4m3_matrix(p.W, w_rounded_.data(), c.V * c.d, c.w_scale);
-      weights_ = w_rounded_.data();
-      x_rounded_.resize(static_cast<size_t>(c.rows * c.d));
+      // Not zeroed: every element is written before it is read (zeroing the speedrun head's
+      // 154 MB copy cost a pass over it per call).
+      float* w =
+          static_cast<float*>(w_rounded_.reserve(static_cast<size_t>(c.V * c.d) * sizeof(float)));
+      round_e4m3_matrix(p.W, w, c.V * c.d, c.w_scale);
+      weights_ = w;
+      x_rounded_.reserve(static_cast<size_t>(c.rows * c.d) * sizeof(float));
     }
     packed_ = packed_weights(p, c);
     if (packed_ == nullptr) {
@@ -499,6 +502,15 @@ class FusedHead {
   // gradient block. Returns Σ loss_t.
   double run(float* per_token, float* dx, float* dW) {
     const bool grads = dx != nullptr || dW != nullptr;
+    // dx = g·W reads all of W in every row block. Over several blocks, W is packed for it once
+    // here rather than once per block inside each product (the speedrun head: 7 blocks of
+    // 1,171 rows, W 50,304 × 768; a block's dx took 92–99 ms packing W, 60–64 ms with it
+    // packed). The packed copy gives the product's bits (kernels/gemm/packed_b.hpp).
+    const PackedB* dx_weights = nullptr;
+    if (dx != nullptr && c_.rows < c_.T) {
+      pack_matmul_b(p_.precision, Trans::kNo, c_.V, c_.d, weights_, c_.d, dx_packed_);
+      dx_weights = &dx_packed_;
+    }
     double total = 0.0;
     for (int64_t r0 = 0; r0 < c_.T; r0 += c_.rows) {
       const int64_t rows = std::min(c_.rows, c_.T - r0);
@@ -513,7 +525,15 @@ class FusedHead {
             c_.row_weights != nullptr ? static_cast<double>(c_.row_weights[r0 + i]) * loss : loss;
       }
       // loss_scale multiplies the fp32 products, after the gradient was rounded unscaled.
-      if (dx != nullptr) {
+      if (dx_weights != nullptr) {
+        if (grad16_ != nullptr) {
+          matmul(Trans::kNo, rows, c_.loss_scale, grad16_, c_.ld, *dx_weights, 0.0f, dx + r0 * c_.d,
+                 c_.d);
+        } else {
+          matmul(Trans::kNo, rows, c_.loss_scale, grad32_, c_.ld, *dx_weights, 0.0f, dx + r0 * c_.d,
+                 c_.d);
+        }
+      } else if (dx != nullptr) {
         if (grad16_ != nullptr) {
           gemm_bf16(Trans::kNo, Trans::kNo, rows, c_.d, c_.V, c_.loss_scale, grad16_, c_.ld,
                     weights_, c_.d, 0.0f, dx + r0 * c_.d, c_.d);
@@ -561,8 +581,8 @@ class FusedHead {
   const float* block_inputs(int64_t r0, int64_t rows) {
     const float* xb = p_.x + r0 * c_.d;
     if (!c_.fp8) return xb;
-    round_e4m3_matrix(xb, x_rounded_.data(), rows * c_.d, c_.x_scale);
-    return x_rounded_.data();
+    round_e4m3_matrix(xb, x_rounded_.floats(), rows * c_.d, c_.x_scale);
+    return x_rounded_.floats();
   }
 
   const Config& c_;
@@ -570,13 +590,14 @@ class FusedHead {
   const float* weights_;
   const PackedB* packed_ = nullptr;  // W packed for the logits: the caller's, or own_packed_
   PackedB own_packed_;
-  int64_t logit_rows_;            // rows per logits block
-  float* logits_;                 // [logit_rows, ld]
-  bf16* grad16_ = nullptr;        // the block's gradients with bf16 products, [rows, ld]
-  float* grad32_ = nullptr;       // the same with fp32 products
-  std::optional<KeptRows> kept_;  // with gradients
-  std::vector<double> loss_;      // [rows]
-  std::vector<float> w_rounded_, x_rounded_;
+  PackedB dx_packed_;                    // W packed for dx over several row blocks (run)
+  int64_t logit_rows_;                   // rows per logits block
+  float* logits_;                        // [logit_rows, ld]
+  bf16* grad16_ = nullptr;               // the block's gradients with bf16 products, [rows, ld]
+  float* grad32_ = nullptr;              // the same with fp32 products
+  std::optional<KeptRows> kept_;         // with gradients
+  std::vector<double> loss_;             // [rows]
+  AlignedBuffer w_rounded_, x_rounded_;  // with fp8: W (V × d) and a block's x, rounded
 };
 
 // The head's operands as the products see them: the inputs themselves, or with the FP8 head

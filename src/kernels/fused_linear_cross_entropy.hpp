@@ -24,14 +24,13 @@
 // workspace): the logits, logit_rows × ld floats; in the backward, the gradient block, row_block ×
 // ld values (bf16 with bf16 products, else fp32), and per thread two rows of V floats that the
 // pass summing a row's exponentials keeps for its gradient; and 8 bytes of loss per row of a
-// block. For the
-// call alone: W packed for the logits (V×d values, bf16 or fp32) unless the caller passed it;
+// block. For the call alone: W packed for the logits (V×d values, bf16 or fp32) unless the caller
+// passed it; W packed again for dx's products when there is more than one row block (V×d values);
 // with fp8, the rounded W (V×d floats; rounding per block instead would redo it for every row
-// block) and the rounded rows of one block (row_block × d floats).
-// Not counted: the GEMM's packing buffers, which it keeps in the same workspace for later calls:
-// a packed copy of a product's whole A operand, for dx and dW the block's g (as large as the
-// gradient block), and at most ~4 MiB of packed B.
-// So O(V·d + row_block·(V + d)), and nothing of size T×V unless T <= row_block.
+// block) and the rounded rows of one block (row_block × d floats). Not counted: the GEMM's packing
+// buffers, which it keeps in the same workspace for later calls: a packed copy of a product's whole
+// A operand, for dx and dW the block's g (as large as the gradient block), and at most ~4 MiB of
+// packed B. So O(V·d + row_block·(V + d)), and nothing of size T×V unless T <= row_block.
 //
 // Determinism: row blocks are visited in a fixed order, the GEMM splits work over output tiles
 // only, and the elementwise work is split over rows, each row done whole by one thread; the
