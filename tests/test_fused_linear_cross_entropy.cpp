@@ -763,9 +763,15 @@ TEST(FusedLinearCrossEntropy, RowBlockKeepsTheWorkspaceBounded) {
           EXPECT_LE(blocks, (T + kMinLossRowBlock - 1) / kMinLossRowBlock) << label;
         }
         // Logits blocks: within the gradient block, and as many rows as fit kLogitsBlockBytes,
-        // or the minimum for W's size, whichever is more.
+        // or the minimum for W's size, whichever is more. A streamed W is read by at least as
+        // many rows as make its bytes half their logits' (d = 256 rows in bf16, 512 in fp32).
         const bool streamed = V * 256 * value_bytes > kCachedWeightBytes;
-        const int64_t least = streamed ? kMinStreamedWeightLogitRows : kMinLogitRows;
+        const int64_t share = (2 * V * 256 * value_bytes + ld * 4 - 1) / (ld * 4);
+        if (streamed) {
+          EXPECT_EQ(share, 256 * value_bytes / 2) << label;
+        }
+        const int64_t least =
+            streamed ? std::max(kMinStreamedWeightLogitRows, share) : kMinLogitRows;
         EXPECT_EQ(lr, std::min(r, std::max(least, kLogitsBlockBytes / (ld * 4)))) << label;
         p.fp8 = true;
         EXPECT_EQ(static_cast<int64_t>(fused_linear_cross_entropy_workspace_bytes(p)),

@@ -18,6 +18,7 @@
 #include "kernels/target.hpp"
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
+#include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
 
@@ -734,7 +735,9 @@ int64_t fused_linear_cross_entropy_logit_rows(const FusedLossParams& p) {
   const int64_t row_bytes = workspace_ld(p.V) * static_cast<int64_t>(sizeof(float));
   int64_t rows = std::max(kMinLogitRows, kLogitsBlockBytes / row_bytes);
   const int64_t weight_bytes = p.V * p.d * (p.precision == Precision::kBf16 ? 2 : 4);
-  if (weight_bytes > kCachedWeightBytes) rows = std::max(rows, kMinStreamedWeightLogitRows);
+  if (weight_bytes > kCachedWeightBytes) {
+    rows = std::max({rows, kMinStreamedWeightLogitRows, ceil_div(2 * weight_bytes, row_bytes)});
+  }
   return std::min(rows, block);
 }
 

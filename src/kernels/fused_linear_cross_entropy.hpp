@@ -104,13 +104,19 @@ inline constexpr int64_t kMaxRaisedWorkspaceBytes = int64_t{512} << 20;
 // block went to memory and back (67 MB for 2,048 rows of V = 8192). Rows are rounded down to a
 // whole number of the micro-kernel's tiles, and are at least kMinLogitRows. But every logits
 // block reads all of W: when the packed W is larger than kCachedWeightBytes, it comes from
-// memory each time, and a block takes at least kMinStreamedWeightLogitRows rows to share that.
+// memory each time, and a block takes at least kMinStreamedWeightLogitRows rows to share that,
+// and enough rows that reading W costs at most half of what writing their logits does (2 × W's
+// bytes / a row's logits bytes: d rows for a bf16 W, 2d for fp32).
 // Measured (AMD EPYC Zen 5, 2 threads, bf16, W packed once per call; ms per backward call):
 //   V = 8192, d = 256 (W 4 MB), T = 8192 in two gradient blocks: logits blocks of 36–72 rows
 //   310–335, 96 and 128 rows 316–328, 24 rows 331–353; the previous one-block head 325–341 with
 //   2,048-row blocks, 322–328 with 4,096.
 //   V = 50304, d = 768 (W 77 MB), T = 2048: 32 rows 1,489, 64 rows 1,458, 128 to 1,024 rows
 //   1,315–1,339; the previous head 1,323–1,329.
+// On the AMX Xeon (lscpu model 167, 2 threads, 2026-12-05), the speedrun head (V = 50304, d =
+// 768, bf16, fp8, T = 8192 in 7 gradient blocks of 1,171 rows; s per backward call, three calls
+// at each size, sizes alternated): 128 rows 2.19–2.31, 512 rows 2.09–2.12, 768 rows 2.03–2.06,
+// 1,171 rows 2.07–2.13. The logits of 768 rows take 154 MB, against 26 MB for 128.
 // `evals run` (a forward of a packed W, cpu preset, ~1,200 rows a call) took 113–115 ms in blocks
 // of 96 rows (3 MB), 117–122 in 192, 133–150 in one block of every row (39 MB).
 inline constexpr int64_t kLogitsBlockBytes = int64_t{2} << 20;
