@@ -505,8 +505,8 @@ class FusedHead {
     const bool grads = dx != nullptr || dW != nullptr;
     // dx = g·W reads all of W in every row block. Over several blocks, W is packed for it once
     // here rather than once per block inside each product (the speedrun head: 7 blocks of
-    // 1,171 rows, W 50,304 × 768; a block's dx took 92–99 ms packing W, 60–64 ms with it
-    // packed). The packed copy gives the product's bits (kernels/gemm/packed_b.hpp).
+    // 1,171 rows, W 50,304 × 768; a block's dx took 92.6–99.5 ms packing W, 59.7–64.3 ms
+    // with it packed). The packed copy gives the product's bits (kernels/gemm/packed_b.hpp).
     const PackedB* dx_weights = nullptr;
     if (dx != nullptr && c_.rows < c_.T) {
       pack_matmul_b(p_.precision, Trans::kNo, c_.V, c_.d, weights_, c_.d, dx_packed_);
