@@ -2,7 +2,7 @@
 //
 //   attention_bench [--preset cpu|speedrun|cached|all] [--precision fp32|bf16|both]
 //                   [--warmup 1] [--repeats 5] [--threads N] [--packed-budget BYTES]
-//                   [--kv-heads N]
+//                   [--kv-heads N] [--stored-gradient-budget BYTES]
 //
 // cpu: T = 512, H = 2, D = 128, one document, a window of 4 blocks of 128 (the whole sequence).
 // speedrun: T = 1024, H = 6, D = 128, one document, a window of 8 blocks (the whole sequence).
@@ -12,6 +12,8 @@
 // microseconds per call over 2,000 calls, where per-call costs (packing, setup) show.
 // --kv-heads N: grouped-query attention with N key/value heads (must divide H of every preset
 // run; default: H, multi-head); the FLOP counts are those of H query heads either way.
+// --stored-gradient-budget BYTES: the score gradients the backward may keep per group of heads
+// (set_attention_stored_gradient_budget); 0 makes the query-tile tasks recompute them.
 // Prints one JSON line per (preset, precision): best and median milliseconds of the forward,
 // the backward and both, and effective GFLOP/s. "Effective" counts only the (query, key) pairs
 // the mask leaves visible and only the products the math needs: 4 FLOPs per pair and head
@@ -50,15 +52,17 @@ using nanogpt::Precision;
 struct Options {
   std::string preset = "all", precision = "both";
   int warmup = 1, repeats = 5, threads = 0;
-  int64_t packed_budget = 0;  // 0: the library's default
-  int64_t kv_heads = 0;       // 0: H
+  int64_t packed_budget = 0;            // 0: the library's default
+  int64_t kv_heads = 0;                 // 0: H
+  int64_t stored_gradient_budget = -1;  // -1: the library's default; 0: recompute dS
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "attention_bench: " << problem << "\n"
             << "usage: attention_bench [--preset cpu|speedrun|cached|all] "
                "[--precision fp32|bf16|both] "
-               "[--warmup N] [--repeats N] [--threads N] [--packed-budget BYTES] [--kv-heads N]\n";
+               "[--warmup N] [--repeats N] [--threads N] [--packed-budget BYTES] [--kv-heads N] "
+               "[--stored-gradient-budget BYTES]\n";
   std::exit(2);
 }
 
@@ -97,6 +101,8 @@ Options parse(int argc, char** argv) {
       o.threads = static_cast<int>(parse_count(a, v, 1, 1024));
     } else if (a == "--packed-budget") {
       o.packed_budget = parse_count(a, v, 1, int64_t{1} << 40);
+    } else if (a == "--stored-gradient-budget") {
+      o.stored_gradient_budget = parse_count(a, v, 0, int64_t{1} << 40);
     } else if (a == "--kv-heads") {
       o.kv_heads = parse_count(a, v, 1, 1024);
     } else {
@@ -300,6 +306,9 @@ int main(int argc, char** argv) {
   nanogpt::ThreadPool& pool = o.threads > 0 ? own : nanogpt::ThreadPool::global();
   nanogpt::ThreadPool::Use use(pool);
   if (o.packed_budget > 0) nanogpt::set_attention_packed_budget(o.packed_budget);
+  if (o.stored_gradient_budget >= 0) {
+    nanogpt::set_attention_stored_gradient_budget(o.stored_gradient_budget);
+  }
   for (const Shape& s : shapes) {
     for (Precision precision : precisions) std::cout << run(s, precision, o).dump() << std::endl;
   }

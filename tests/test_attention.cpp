@@ -696,8 +696,8 @@ TEST(Attention, HiddenKeysDoNotChangeOutputsBf16) {
 TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
   // Tasks own their outputs and sum them in a fixed order (dk, dv of a K/V head over its query
   // heads in order), so 1, 2 and 3 threads must agree to the bit, in both precisions, with and
-  // without grouped-query heads, and so must the grouping of heads. D = 40 pads to the AMX k
-  // step and to nr.
+  // without grouped-query heads, and so must the grouping of heads and dQ from kept or from
+  // recomputed score gradients. D = 40 pads to the AMX k step and to nr.
   std::mt19937 rng(5);
   std::vector<int32_t> doc = make_docs(Docs::kManyShort, 700, rng);
   for (int64_t t = 300; t < 700; ++t) doc[t] = doc[299] + 1;  // one long doc too
@@ -738,6 +738,25 @@ TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
       const Outputs per_head = run(2);
       set_attention_packed_budget(budget);
       expect_same(per_head, "one head per group, 2 threads");
+      // The query-tile tasks recomputing P and dS instead of reading the key-tile tasks' dS:
+      // the same bits (and the default budget must have kept them, or this compares a path
+      // with itself).
+      ASSERT_TRUE(attention_backward_keeps_score_gradients(pr.params));
+      const int64_t stored = set_attention_stored_gradient_budget(0);
+      ASSERT_FALSE(attention_backward_keeps_score_gradients(pr.params));
+      const Outputs recomputed = run(2);
+      // A budget of exactly one K/V head's dS: kept, in groups of one K/V head.
+      const MicroKernel& kernel =
+          precision == Precision::kBf16 ? active_bf16_microkernel() : active_microkernel();
+      const int64_t one_head = score_gradient_bytes_per_kv_head(kernel, pr.params);
+      set_attention_stored_gradient_budget(one_head);
+      ASSERT_TRUE(attention_backward_keeps_score_gradients(pr.params));
+      const Outputs one_head_kept = run(2);
+      set_attention_stored_gradient_budget(one_head - 1);
+      EXPECT_FALSE(attention_backward_keeps_score_gradients(pr.params));
+      set_attention_stored_gradient_budget(stored);
+      expect_same(recomputed, "score gradients recomputed, 2 threads");
+      expect_same(one_head_kept, "score gradients of one K/V head a group, 2 threads");
     }
   }
 }
@@ -977,6 +996,41 @@ TEST(Attention, PackedOperandsLiveInTheCurrentWorkspace) {
     EXPECT_EQ(std::memcmp(r->g.dk.data(), before.g.dk.data(), before.g.dk.size() * sizeof(float)),
               0);
   }
+  EXPECT_TRUE(stray.empty()) << stray;
+}
+
+TEST(Attention, KeptScoreGradientsStayWithinTheirBudget) {
+  // The backward keeps dS in the packed operands' slot: exactly one K/V head's blocks more than
+  // without them, and a budget of one K/V head's blocks makes groups of one K/V head even where
+  // the packing budget would group both.
+  Problem pr(300, 4, 16, 2, std::vector<int32_t>(300, 0), 53, 128, 2);
+  std::string stray;
+  const Outputs fwd = run_kernels(pr, nullptr, &stray);
+  const int64_t one_head = score_gradient_bytes_per_kv_head(active_microkernel(), pr.params);
+  ASSERT_GT(one_head, 0);
+  auto held_by_backward = [&](int64_t packed_budget, int64_t stored_budget) {
+    const int64_t packed = set_attention_packed_budget(packed_budget);
+    const int64_t stored = set_attention_stored_gradient_budget(stored_budget);
+    Workspace ws("attention budget test");
+    {
+      Workspace::Use use(ws);
+      const Grads g = run_backward(
+          pr,
+          [&](float* dq, float* dk, float* dv) {
+            attention_backward(pr.params, fwd.out.data(), fwd.lse.data(), pr.dout.data(), dq, dk,
+                               dv);
+          },
+          &stray);
+      EXPECT_EQ(std::memcmp(g.dq.data(), fwd.g.dq.data(), g.dq.size() * sizeof(float)), 0);
+    }
+    set_attention_packed_budget(packed);
+    set_attention_stored_gradient_budget(stored);
+    return static_cast<int64_t>(ws.bytes_held());
+  };
+  const int64_t one_group_each = held_by_backward(1, 0);
+  EXPECT_EQ(held_by_backward(1, one_head), one_group_each + one_head);
+  EXPECT_EQ(held_by_backward(int64_t{1} << 40, one_head), one_group_each + one_head);
+  EXPECT_GT(held_by_backward(int64_t{1} << 40, 2 * one_head), one_group_each + one_head);
   EXPECT_TRUE(stray.empty()) << stray;
 }
 

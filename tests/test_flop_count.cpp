@@ -2,6 +2,7 @@
 // count against the mask itself, and the layer windows against the model's.
 #include <gtest/gtest.h>
 
+#include "kernels/attention_internal.hpp"
 #include "model/flop_count.hpp"
 #include "model/gpt.hpp"
 #include "optim/newton_schulz.hpp"
@@ -96,8 +97,15 @@ TEST(FlopCount, TrainStepOfASmallConfigByHand) {
   // and head QKᵀ and PV are 2·16 each, so 4·16·2 = 128 FLOPs per pair over both heads.
   const double pairs = 3 * 8256 + 2 * 5184;
   EXPECT_EQ(f.attention_fwd, seqs * 128 * pairs);
-  EXPECT_EQ(f.attention_bwd, seqs * 256 * pairs);            // dP, dV, dK, dQ
-  EXPECT_EQ(f.attention_bwd_recompute, seqs * 192 * pairs);  // S twice, dP once more
+  EXPECT_EQ(f.attention_bwd, seqs * 256 * pairs);  // dP, dV, dK, dQ
+  // S once more: the dK/dV pass keeps dS for dQ (128 tokens fit the budget).
+  ASSERT_TRUE(attention_keeps_score_gradients(c, 128, 4));
+  EXPECT_EQ(f.attention_bwd_recompute, seqs * 64 * pairs);
+  // Without room for dS, the dQ pass recomputes S and dP as well.
+  const int64_t budget = set_attention_stored_gradient_budget(0);
+  const FlopCount recomputed = train_step_flops(c, 4);
+  set_attention_stored_gradient_budget(budget);
+  EXPECT_EQ(recomputed.attention_bwd_recompute, seqs * 192 * pairs);  // S twice, dP once more
   // Head: 2·T·Vp·d = 2·128·384·32 per sequence.
   const double head = 2.0 * 128 * 384 * 32;
   EXPECT_EQ(f.lm_head_fwd, seqs * head);

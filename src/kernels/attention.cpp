@@ -35,6 +35,11 @@ void attention_backward(const AttentionParams& p, const float* out, const float*
   attention_backward_with(kernel_for(p.precision), p, out, lse, dout, dq, dk, dv);
 }
 
+bool attention_backward_keeps_score_gradients(const AttentionParams& p) {
+  return score_gradient_bytes_per_kv_head(kernel_for(p.precision), p) <=
+         stored_score_gradient_budget();
+}
+
 double attention_visited_fraction(const AttentionParams& p) {
   validate(p, "attention_visited_fraction");
   const Shape sh = shape_of(p);

@@ -78,4 +78,11 @@ void attention_backward_reference(const AttentionParams& p, const float* dout, f
 // (cost ~ T·W): about one half for a single document with W >= T / block_size.
 double attention_visited_fraction(const AttentionParams& p);
 
+// Whether attention_backward keeps the score gradients (dS) its dK/dV pass computes, for dQ, or
+// recomputes P and dS for dQ: they are kept where one K/V head's take at most the stored-gradient
+// budget (set_attention_stored_gradient_budget, attention_internal.hpp), T × the keys a query
+// tile's range covers per query head. The same bits either way; model/flop_count counts the
+// recomputation from it.
+bool attention_backward_keeps_score_gradients(const AttentionParams& p);
+
 }  // namespace nanogpt

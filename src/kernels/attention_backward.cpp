@@ -4,11 +4,14 @@
 // dK and dV of a K/V head summed over the query heads of its group. Each head's operands are
 // packed once per call, each in the roles it plays (Q, dO as the left side of the score
 // products and as the right side of dK, dV; K as the right side of Q·Kᵀ and of dQ; V of
-// dO·Vᵀ), K and V once per K/V head. Then two kinds of task share one parallel loop: one owns a
-// key tile of a K/V head (dK, dV) and walks, query head by query head of its group, the query
-// tiles that see it; one owns a query tile of a query head (dQ) and walks its key tiles. Both
-// recompute P and dS, which costs FLOPs but needs no T×T storage and no atomics, and each
-// output is summed in one fixed order. Scores are queries by keys here: the key-tile task reads
+// dO·Vᵀ), K and V once per K/V head. Then two kinds of task: one owns a key tile of a K/V head
+// (dK, dV) and walks, query head by query head of its group, the query tiles that see it; one
+// owns a query tile of a query head (dQ) and walks its key tiles. The key-tile tasks run first
+// and keep the dS tiles they compute, packed for dQ; the query-tile tasks then read them:
+// storage of T × the keys a query sees, never T×T, and no atomics. Where that storage would
+// pass a budget (set_attention_stored_gradient_budget) the query-tile tasks recompute P and dS
+// instead, in the same loop as the key-tile tasks, with the same bits. Each output is summed in
+// one fixed order. Scores are queries by keys here: the key-tile task reads
 // Pᵀ and dSᵀ in the packers' fast direction, the query-tile task reads dS in the other (for
 // fp32 kernels a strided copy; computing its scores transposed instead would take four more
 // packed operands). In bf16 the packers round q, k, v, dO, P and dS.
@@ -32,6 +35,37 @@
 #include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
+
+namespace {
+
+// Where one query head's dS blocks lie among its others: one per query tile and key tile in
+// that query tile's key range (AttentionMask::key_tiles), by query tile, then key tile.
+struct ScoreGradientBlocks {
+  std::vector<int64_t> first, first_kt;  // per query tile: its first block, its first key tile
+  int64_t per_head = 0;
+  ScoreGradientBlocks(const AttentionMask& mask, int64_t T) {
+    const int64_t nt = ceil_div(T, kBq);
+    for (int64_t qt = 0; qt < nt; ++qt) {
+      const auto [kt_lo, kt_hi] = mask.key_tiles(qt * kBq, std::min(kBq, T - qt * kBq));
+      first.push_back(per_head);
+      first_kt.push_back(kt_lo);
+      per_head += std::max<int64_t>(kt_hi - kt_lo + 1, 0);
+    }
+  }
+  int64_t index(int64_t qt, int64_t kt) const {
+    return first[static_cast<size_t>(qt)] + kt - first_kt[static_cast<size_t>(qt)];
+  }
+};
+
+}  // namespace
+
+int64_t score_gradient_bytes_per_kv_head(const MicroKernel& kernel, const AttentionParams& p) {
+  validate(p, "attention_backward_keeps_score_gradients");
+  const Shape sh = shape_of(p);
+  const TileGemm g(kernel, p.precision, kBk, sh.D);
+  return sh.per_group * ScoreGradientBlocks(AttentionMask(p), sh.T).per_head *
+         g.bytes(Block::kRowsByTile);
+}
 
 void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv) {
@@ -61,8 +95,25 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   const int64_t q_head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kDByTile));
   const int64_t kv_head_bytes =
       per_group * q_head_bytes + nt * (2 * g.bytes(Block::kTileByD) + g.bytes(Block::kDByTile));
-  const int64_t group = heads_per_group(kv_head_bytes, sh.H_kv);
-  std::byte* workspace = packing_workspace(group * kv_head_bytes);
+  // The dS tiles the key-tile tasks compute, packed for dQ = dS·K, where a K/V head's query
+  // heads' blocks fit the stored-gradient budget (else the query-tile tasks recompute P and dS:
+  // the same bits); a group then takes no more K/V heads than the budget holds.
+  const ScoreGradientBlocks ds_blocks(mask, T);
+  const int64_t ds_block_bytes = g.bytes(Block::kRowsByTile);
+  const int64_t ds_kv_head_bytes = score_gradient_bytes_per_kv_head(kernel, p);
+  const int64_t ds_budget = stored_score_gradient_budget();
+  const bool keep_ds = ds_kv_head_bytes <= ds_budget;
+  int64_t group = heads_per_group(kv_head_bytes, sh.H_kv);
+  if (keep_ds && ds_kv_head_bytes > 0) {
+    group = std::clamp<int64_t>(ds_budget / ds_kv_head_bytes, 1, group);
+  }
+  const int64_t ds_group_bytes = keep_ds ? group * ds_kv_head_bytes : 0;
+  std::byte* workspace = packing_workspace(group * kv_head_bytes + ds_group_bytes);
+  std::byte* const ds_store = workspace + group * kv_head_bytes;
+  // dS of query head h (of the group starting at h0), query tile qt, key tile kt.
+  auto ds_at = [&](int64_t h0, int64_t h, int64_t qt, int64_t kt) {
+    return ds_store + ((h - h0) * ds_blocks.per_head + ds_blocks.index(qt, kt)) * ds_block_bytes;
+  };
   for (int64_t g0 = 0; g0 < sh.H_kv; g0 += group) {
     const int64_t kv_heads = std::min(group, sh.H_kv - g0);
     const int64_t h0 = g0 * per_group, heads = kv_heads * per_group;
@@ -108,21 +159,26 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
     });
 
     // A key-tile task runs four products per visited tile and query head of its group, a
-    // query-tile task three per visited tile.
-    std::vector<Task> tasks;
+    // query-tile task three per visited tile, or one where the key-tile tasks kept dS for it:
+    // then it runs after them, in a loop of its own.
+    std::vector<Task> key_tasks, query_tasks;
     for (int64_t kv = g0; kv < g0 + kv_heads; ++kv) {
       for (int64_t t = 0; t < nt; ++t) {
-        tasks.push_back({4 * per_group * per_kt[static_cast<size_t>(t)], t, kv, kv, 0});
+        key_tasks.push_back({4 * per_group * per_kt[static_cast<size_t>(t)], t, kv, kv, 0});
       }
       for (int64_t h = kv * per_group; h < (kv + 1) * per_group; ++h) {
         for (int64_t t = nt - 1; t >= 0; --t) {
-          tasks.push_back({3 * per_qt[static_cast<size_t>(t)], t, h, kv, 1});
+          query_tasks.push_back({(keep_ds ? 1 : 3) * per_qt[static_cast<size_t>(t)], t, h, kv, 1});
         }
       }
     }
-    sort_tasks(tasks);
-    pool.parallel_for(tasks.size(), [&](size_t index, int worker) {
-      const Task& task = tasks[index];
+    if (!keep_ds) {
+      key_tasks.insert(key_tasks.end(), query_tasks.begin(), query_tasks.end());
+      query_tasks.clear();
+    }
+    sort_tasks(key_tasks);
+    sort_tasks(query_tasks);
+    auto run_task = [&](const Task& task, int worker) {
       const int64_t kv = task.kv;
       std::byte* const a_packed = scratch.bytes(worker, 0);
       float *s = scratch.floats(worker, 1), *dp = scratch.floats(worker, 2),
@@ -157,6 +213,9 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
             const TileMask kind = mask.classify(t);
             if (kind == TileMask::kSkip) continue;
             probs_and_grads(h, t, kind, qt, kt);
+            if (keep_ds) {
+              g.pack_a(dp, kBk, Trans::kNo, t.nq, nk, Block::kRowsByTile, ds_at(h0, h, qt, kt));
+            }
             const int64_t kc = g.k_steps(t.nq);
             g.pack_a(s, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, a_packed);
             g.product(nk, D, kc, a_packed, Block::kRowsByTile, dout_b.at(h, qt), Block::kDByTile,
@@ -176,14 +235,23 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
           const Tile t{q0, nq, kt * kBk, std::min(kBk, T - kt * kBk)};
           const TileMask kind = mask.classify(t);
           if (kind == TileMask::kSkip) continue;
-          probs_and_grads(h, t, kind, qt, kt);
-          g.pack_a(dp, kBk, Trans::kNo, nq, t.nk, Block::kRowsByTile, a_packed);
-          g.product(nq, D, g.k_steps(t.nk), a_packed, Block::kRowsByTile, kt_b.at(kv, kt),
+          const std::byte* ds = a_packed;
+          if (keep_ds) {
+            ds = ds_at(h0, h, qt, kt);
+          } else {
+            probs_and_grads(h, t, kind, qt, kt);
+            g.pack_a(dp, kBk, Trans::kNo, nq, t.nk, Block::kRowsByTile, a_packed);
+          }
+          g.product(nq, D, g.k_steps(t.nk), ds, Block::kRowsByTile, kt_b.at(kv, kt),
                     Block::kDByTile, acc0, dn, true);
         }
         store(acc0, q0, nq, dq + h * D, sh.ld_q);
       }
-    });
+    };
+    pool.parallel_for(key_tasks.size(),
+                      [&](size_t index, int worker) { run_task(key_tasks[index], worker); });
+    pool.parallel_for(query_tasks.size(),
+                      [&](size_t index, int worker) { run_task(query_tasks[index], worker); });
   }
 }
 

@@ -13,6 +13,7 @@ namespace nanogpt {
 namespace {
 
 std::atomic<int64_t> packed_budget{int64_t{2} << 20};
+std::atomic<int64_t> stored_gradient_budget{int64_t{64} << 20};
 
 }  // namespace
 
@@ -22,6 +23,14 @@ int64_t heads_per_group(int64_t bytes_per_head, int64_t H) {
 
 int64_t set_attention_packed_budget(int64_t bytes) {
   return packed_budget.exchange(bytes);
+}
+
+int64_t set_attention_stored_gradient_budget(int64_t bytes) {
+  return stored_gradient_budget.exchange(bytes);
+}
+
+int64_t stored_score_gradient_budget() {
+  return stored_gradient_budget.load(std::memory_order_relaxed);
 }
 
 std::byte* packing_workspace(int64_t bytes) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/attention.hpp"
 #include "model/qkv_shape.hpp"
 #include "runtime/error.hpp"
 
@@ -74,6 +75,22 @@ int64_t attention_pairs(int64_t T, int64_t window_blocks, int64_t block_size) {
   return pairs;
 }
 
+bool attention_keeps_score_gradients(const Config& c, int64_t T, int64_t window_blocks) {
+  const QkvShape qkv = qkv_shape(c);
+  const std::vector<int32_t> one_doc(static_cast<size_t>(T), 0);
+  AttentionParams p;
+  p.T = T;
+  p.H = qkv.Hq;
+  p.H_kv = qkv.Hkv;
+  p.D = qkv.D;
+  p.ld = qkv.row();
+  p.doc = one_doc.data();
+  p.window_blocks = window_blocks;
+  p.block_size = c.block_size;
+  p.precision = resolved_precision(c);
+  return attention_backward_keeps_score_gradients(p);
+}
+
 FlopCount sequence_flops(const Config& c, int64_t T, int64_t window_blocks, bool backward) {
   const double t = static_cast<double>(T), d = static_cast<double>(c.model_dim);
   const QkvShape qkv = qkv_shape(c);
@@ -98,7 +115,8 @@ FlopCount sequence_flops(const Config& c, int64_t T, int64_t window_blocks, bool
     f.attention_fwd += 4 * per_pair * pairs;
     if (backward) {
       f.attention_bwd += 8 * per_pair * pairs;
-      f.attention_bwd_recompute += 6 * per_pair * pairs;
+      f.attention_bwd_recompute +=
+          (attention_keeps_score_gradients(c, T, w) ? 2 : 6) * per_pair * pairs;
     }
   }
   const double head = 2 * t * static_cast<double>(c.vocab_padded()) * d;

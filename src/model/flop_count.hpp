@@ -14,8 +14,9 @@
 //   attention_bwd  dP = dO·Vᵀ, dV = Pᵀ·dO, dK = dSᵀ·Q, dQ = dS·K: 8·head_dim·num_heads per pair
 //   attention_bwd_recompute
 //                  what our backward does on top, having kept no T×T scores: pass A (dK, dV)
-//                  recomputes S = QKᵀ, pass B (dQ) recomputes S and dP: 6·head_dim·num_heads
-//                  per pair
+//                  recomputes S = QKᵀ (2·head_dim·num_heads per pair) and keeps dS for pass B
+//                  (dQ); where that would pass its budget (attention_backward_keeps_score_
+//                  gradients), pass B recomputes S and dP too: 6·head_dim·num_heads per pair
 //   lm_head_fwd    the logits, 2·T·Vp·d (in training the fused loss's backward computes them,
 //                  once: it keeps a row block's logits and forms the gradient from them)
 //   lm_head_bwd    dx = G·W and dW = Gᵀ·x: 4·T·Vp·d
@@ -64,6 +65,10 @@ std::vector<int64_t> layer_windows(const Config& config, int64_t window_blocks);
 // (query, key) pairs with key ≤ query and query_block − key_block < window_blocks, in one
 // sequence of T tokens.
 int64_t attention_pairs(int64_t T, int64_t window_blocks, int64_t block_size);
+
+// Whether the attention backward of one sequence of T tokens (one document) keeps its score
+// gradients for dQ with this config's heads, window and precision (attention.hpp).
+bool attention_keeps_score_gradients(const Config& config, int64_t T, int64_t window_blocks);
 
 // One sequence of seq_len tokens: the forward (as evaluation runs it) or, with backward, the
 // forward and backward of training (no optimizer).
