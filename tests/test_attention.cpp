@@ -12,8 +12,10 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/attention_internal.hpp"
+#include "kernels/attention_mask.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/gemm/microkernel.hpp"
+#include "kernels/gemm/tile_gemm.hpp"
 #include "kernels/matmul.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
@@ -745,18 +747,19 @@ TEST(Attention, BitwiseIdenticalAcrossThreadCounts) {
       const int64_t stored = set_attention_stored_gradient_budget(0);
       ASSERT_FALSE(attention_backward_keeps_score_gradients(pr.params));
       const Outputs recomputed = run(2);
-      // A budget of exactly one K/V head's dS: kept, in groups of one K/V head.
+      // A budget of exactly one key tile's dS for one K/V head: kept, in groups of one K/V
+      // head and chunks of a few key tiles, dq carried from chunk to chunk.
       const MicroKernel& kernel =
           precision == Precision::kBf16 ? active_bf16_microkernel() : active_microkernel();
-      const int64_t one_head = score_gradient_bytes_per_kv_head(kernel, pr.params);
-      set_attention_stored_gradient_budget(one_head);
+      const int64_t one_tile = score_gradient_bytes_per_key_tile(kernel, pr.params);
+      set_attention_stored_gradient_budget(one_tile);
       ASSERT_TRUE(attention_backward_keeps_score_gradients(pr.params));
-      const Outputs one_head_kept = run(2);
-      set_attention_stored_gradient_budget(one_head - 1);
+      const Outputs chunked = run(2);
+      set_attention_stored_gradient_budget(one_tile - 1);
       EXPECT_FALSE(attention_backward_keeps_score_gradients(pr.params));
       set_attention_stored_gradient_budget(stored);
       expect_same(recomputed, "score gradients recomputed, 2 threads");
-      expect_same(one_head_kept, "score gradients of one K/V head a group, 2 threads");
+      expect_same(chunked, "score gradients kept a few key tiles at a time, 2 threads");
     }
   }
 }
@@ -1000,37 +1003,52 @@ TEST(Attention, PackedOperandsLiveInTheCurrentWorkspace) {
 }
 
 TEST(Attention, KeptScoreGradientsStayWithinTheirBudget) {
-  // The backward keeps dS in the packed operands' slot: exactly one K/V head's blocks more than
-  // without them, and a budget of one K/V head's blocks makes groups of one K/V head even where
-  // the packing budget would group both.
+  // The backward keeps dS in the packed operands' slot: with room for all of it, exactly one
+  // 64 × 64 block per query head and tile pair of each query tile's key range (one group of one
+  // K/V head at a time); with room for one key tile's blocks, at most that much, however the
+  // packing budget would group the heads; dq the same throughout.
   Problem pr(300, 4, 16, 2, std::vector<int32_t>(300, 0), 53, 128, 2);
   std::string stray;
   const Outputs fwd = run_kernels(pr, nullptr, &stray);
-  const int64_t one_head = score_gradient_bytes_per_kv_head(active_microkernel(), pr.params);
-  ASSERT_GT(one_head, 0);
+  const MicroKernel& kernel = active_microkernel();
+  const int64_t one_tile = score_gradient_bytes_per_key_tile(kernel, pr.params);
+  ASSERT_GT(one_tile, 0);
+  const TileGemm g(kernel, Precision::kFp32, kBk, pr.D);
+  const AttentionMask mask(pr.params);
+  int64_t pairs = 0;
+  for (int64_t q0 = 0; q0 < pr.T; q0 += kBq) {
+    const auto [lo, hi] = mask.key_tiles(q0, std::min(kBq, pr.T - q0));
+    pairs += hi - lo + 1;
+  }
+  const int64_t per_group = pr.H / 2;
+  const int64_t all_of_one_kv_head = per_group * pairs * g.bytes(Block::kRowsByTile);
+  ASSERT_GT(all_of_one_kv_head, one_tile);
   auto held_by_backward = [&](int64_t packed_budget, int64_t stored_budget) {
     const int64_t packed = set_attention_packed_budget(packed_budget);
     const int64_t stored = set_attention_stored_gradient_budget(stored_budget);
     Workspace ws("attention budget test");
     {
       Workspace::Use use(ws);
-      const Grads g = run_backward(
+      const Grads got = run_backward(
           pr,
           [&](float* dq, float* dk, float* dv) {
             attention_backward(pr.params, fwd.out.data(), fwd.lse.data(), pr.dout.data(), dq, dk,
                                dv);
           },
           &stray);
-      EXPECT_EQ(std::memcmp(g.dq.data(), fwd.g.dq.data(), g.dq.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(got.dq.data(), fwd.g.dq.data(), got.dq.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(got.dk.data(), fwd.g.dk.data(), got.dk.size() * sizeof(float)), 0);
     }
     set_attention_packed_budget(packed);
     set_attention_stored_gradient_budget(stored);
     return static_cast<int64_t>(ws.bytes_held());
   };
-  const int64_t one_group_each = held_by_backward(1, 0);
-  EXPECT_EQ(held_by_backward(1, one_head), one_group_each + one_head);
-  EXPECT_EQ(held_by_backward(int64_t{1} << 40, one_head), one_group_each + one_head);
-  EXPECT_GT(held_by_backward(int64_t{1} << 40, 2 * one_head), one_group_each + one_head);
+  const int64_t none_kept = held_by_backward(1, 0);
+  EXPECT_EQ(held_by_backward(1, int64_t{1} << 40), none_kept + all_of_one_kv_head);
+  const int64_t one_tile_kept = held_by_backward(1, one_tile);
+  EXPECT_GT(one_tile_kept, none_kept);
+  EXPECT_LE(one_tile_kept, none_kept + one_tile);
+  EXPECT_EQ(held_by_backward(int64_t{1} << 40, one_tile), one_tile_kept);
   EXPECT_TRUE(stray.empty()) << stray;
 }
 

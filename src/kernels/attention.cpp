@@ -36,7 +36,7 @@ void attention_backward(const AttentionParams& p, const float* out, const float*
 }
 
 bool attention_backward_keeps_score_gradients(const AttentionParams& p) {
-  return score_gradient_bytes_per_kv_head(kernel_for(p.precision), p) <=
+  return score_gradient_bytes_per_key_tile(kernel_for(p.precision), p) <=
          stored_score_gradient_budget();
 }
 

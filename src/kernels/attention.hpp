@@ -79,10 +79,10 @@ void attention_backward_reference(const AttentionParams& p, const float* dout, f
 double attention_visited_fraction(const AttentionParams& p);
 
 // Whether attention_backward keeps the score gradients (dS) its dK/dV pass computes, for dQ, or
-// recomputes P and dS for dQ: they are kept where one K/V head's take at most the stored-gradient
-// budget (set_attention_stored_gradient_budget, attention_internal.hpp), T × the keys a query
-// tile's range covers per query head. The same bits either way; model/flop_count counts the
-// recomputation from it.
+// recomputes P and dS for dQ: they are kept where one key tile's, for a K/V head's query heads,
+// fit the stored-gradient budget (set_attention_stored_gradient_budget, attention_internal.hpp),
+// the key tiles taken in chunks that fit it. The same bits either way; model/flop_count counts
+// the recomputation from it.
 bool attention_backward_keeps_score_gradients(const AttentionParams& p);
 
 }  // namespace nanogpt

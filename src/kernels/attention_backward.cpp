@@ -7,11 +7,12 @@
 // dO·Vᵀ), K and V once per K/V head. Then two kinds of task: one owns a key tile of a K/V head
 // (dK, dV) and walks, query head by query head of its group, the query tiles that see it; one
 // owns a query tile of a query head (dQ) and walks its key tiles. The key-tile tasks run first
-// and keep the dS tiles they compute, packed for dQ; the query-tile tasks then read them:
-// storage of T × the keys a query sees, never T×T, and no atomics. Where that storage would
-// pass a budget (set_attention_stored_gradient_budget) the query-tile tasks recompute P and dS
-// instead, in the same loop as the key-tile tasks, with the same bits. Each output is summed in
-// one fixed order. Scores are queries by keys here: the key-tile task reads
+// and keep the dS tiles they compute, packed for dQ; the query-tile tasks then read them. Key
+// tiles are taken in chunks whose dS fits a budget (set_attention_stored_gradient_budget), the
+// query-tile tasks adding each chunk's part of dQ to the previous chunks' in dq: no T×T storage,
+// no atomics. Where even one key tile's dS does not fit, the query-tile tasks recompute P and
+// dS instead, in the same loop as the key-tile tasks, with the same bits. Each output is summed
+// in one fixed order. Scores are queries by keys here: the key-tile task reads
 // Pᵀ and dSᵀ in the packers' fast direction, the query-tile task reads dS in the other (for
 // fp32 kernels a strided copy; computing its scores transposed instead would take four more
 // packed operands). In bf16 the packers round q, k, v, dO, P and dS.
@@ -21,6 +22,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention_internal.hpp"
@@ -38,33 +41,47 @@ namespace nanogpt {
 
 namespace {
 
-// Where one query head's dS blocks lie among its others: one per query tile and key tile in
-// that query tile's key range (AttentionMask::key_tiles), by query tile, then key tile.
-struct ScoreGradientBlocks {
-  std::vector<int64_t> first, first_kt;  // per query tile: its first block, its first key tile
-  int64_t per_head = 0;
-  ScoreGradientBlocks(const AttentionMask& mask, int64_t T) {
+// Each query tile's key range (AttentionMask::key_tiles) and, per key tile, how many of those
+// ranges hold it: a key tile's task computes dS for at most that many query tiles per head.
+struct KeyRanges {
+  std::vector<int64_t> lo, hi;   // per query tile: first and last key tile
+  std::vector<int64_t> seen_by;  // per key tile
+  KeyRanges(const AttentionMask& mask, int64_t T) {
     const int64_t nt = ceil_div(T, kBq);
+    seen_by.assign(static_cast<size_t>(nt), 0);
     for (int64_t qt = 0; qt < nt; ++qt) {
       const auto [kt_lo, kt_hi] = mask.key_tiles(qt * kBq, std::min(kBq, T - qt * kBq));
-      first.push_back(per_head);
-      first_kt.push_back(kt_lo);
-      per_head += std::max<int64_t>(kt_hi - kt_lo + 1, 0);
+      lo.push_back(kt_lo);
+      hi.push_back(kt_hi);
+      for (int64_t kt = std::max<int64_t>(kt_lo, 0); kt <= kt_hi && kt < nt; ++kt) {
+        ++seen_by[static_cast<size_t>(kt)];
+      }
     }
   }
-  int64_t index(int64_t qt, int64_t kt) const {
-    return first[static_cast<size_t>(qt)] + kt - first_kt[static_cast<size_t>(qt)];
+  // The first and last key tile of query tile qt's range within key tiles [ka, kb).
+  int64_t first_in(int64_t qt, int64_t ka) const {
+    return std::max(lo[static_cast<size_t>(qt)], ka);
+  }
+  int64_t last_in(int64_t qt, int64_t kb) const {
+    return std::min(hi[static_cast<size_t>(qt)], kb - 1);
   }
 };
 
+// The most bytes of dS one key tile's task keeps for one query head.
+int64_t largest_key_tile_blocks(const KeyRanges& ranges, int64_t block_bytes) {
+  int64_t most = 0;
+  for (int64_t n : ranges.seen_by) most = std::max(most, n);
+  return most * block_bytes;
+}
+
 }  // namespace
 
-int64_t score_gradient_bytes_per_kv_head(const MicroKernel& kernel, const AttentionParams& p) {
+int64_t score_gradient_bytes_per_key_tile(const MicroKernel& kernel, const AttentionParams& p) {
   validate(p, "attention_backward_keeps_score_gradients");
   const Shape sh = shape_of(p);
   const TileGemm g(kernel, p.precision, kBk, sh.D);
-  return sh.per_group * ScoreGradientBlocks(AttentionMask(p), sh.T).per_head *
-         g.bytes(Block::kRowsByTile);
+  return sh.per_group *
+         largest_key_tile_blocks(KeyRanges(AttentionMask(p), sh.T), g.bytes(Block::kRowsByTile));
 }
 
 void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
@@ -95,24 +112,50 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   const int64_t q_head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kDByTile));
   const int64_t kv_head_bytes =
       per_group * q_head_bytes + nt * (2 * g.bytes(Block::kTileByD) + g.bytes(Block::kDByTile));
-  // The dS tiles the key-tile tasks compute, packed for dQ = dS·K, where a K/V head's query
-  // heads' blocks fit the stored-gradient budget (else the query-tile tasks recompute P and dS:
-  // the same bits); a group then takes no more K/V heads than the budget holds.
-  const ScoreGradientBlocks ds_blocks(mask, T);
+  // The dS tiles the key-tile tasks compute, packed for dQ = dS·K, are kept for the query-tile
+  // tasks where one key tile's blocks for a K/V head's query heads fit the stored-gradient
+  // budget (else those tasks recompute P and dS: the same bits); a group then takes no more K/V
+  // heads than the budget holds one key tile's blocks of, and its key tiles are taken in chunks
+  // of consecutive tiles whose blocks fit it.
+  const KeyRanges ranges(mask, T);
   const int64_t ds_block_bytes = g.bytes(Block::kRowsByTile);
-  const int64_t ds_kv_head_bytes = score_gradient_bytes_per_kv_head(kernel, p);
+  const int64_t ds_key_tile_bytes = score_gradient_bytes_per_key_tile(kernel, p);
   const int64_t ds_budget = stored_score_gradient_budget();
-  const bool keep_ds = ds_kv_head_bytes <= ds_budget;
+  const bool keep_ds = ds_key_tile_bytes <= ds_budget;
   int64_t group = heads_per_group(kv_head_bytes, sh.H_kv);
-  if (keep_ds && ds_kv_head_bytes > 0) {
-    group = std::clamp<int64_t>(ds_budget / ds_kv_head_bytes, 1, group);
+  if (keep_ds && ds_key_tile_bytes > 0) {
+    group = std::clamp<int64_t>(ds_budget / ds_key_tile_bytes, 1, group);
   }
-  const int64_t ds_group_bytes = keep_ds ? group * ds_kv_head_bytes : 0;
-  std::byte* workspace = packing_workspace(group * kv_head_bytes + ds_group_bytes);
+  // Chunks [ka, kb) of key tiles, each holding the dS of `group` K/V heads within the budget (one
+  // chunk of all of them when the query-tile tasks recompute).
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  int64_t ds_store_bytes = 0;
+  {
+    const int64_t heads = group * per_group;
+    int64_t ka = 0, bytes = 0;
+    for (int64_t kt = 0; kt < nt; ++kt) {
+      const int64_t more = heads * ranges.seen_by[static_cast<size_t>(kt)] * ds_block_bytes;
+      if (keep_ds && kt > ka && bytes + more > ds_budget) {
+        chunks.emplace_back(ka, kt);
+        ka = kt;
+        bytes = 0;
+      }
+      bytes += more;
+      ds_store_bytes = std::max(ds_store_bytes, bytes);
+    }
+    chunks.emplace_back(ka, nt);
+  }
+  if (!keep_ds) ds_store_bytes = 0;
+  std::byte* workspace = packing_workspace(group * kv_head_bytes + ds_store_bytes);
   std::byte* const ds_store = workspace + group * kv_head_bytes;
-  // dS of query head h (of the group starting at h0), query tile qt, key tile kt.
+  // A chunk's blocks: per query head of the group, per query tile, its key tiles in the chunk;
+  // ds_first[qt] counts the blocks of the query tiles before it.
+  std::vector<int64_t> ds_first(static_cast<size_t>(nt) + 1);
+  int64_t ds_per_head = 0, chunk_ka = 0, chunk_kb = nt;
+  // dS of query head h (of the group starting at h0), query tile qt, key tile kt of the chunk.
   auto ds_at = [&](int64_t h0, int64_t h, int64_t qt, int64_t kt) {
-    return ds_store + ((h - h0) * ds_blocks.per_head + ds_blocks.index(qt, kt)) * ds_block_bytes;
+    const int64_t block = ds_first[static_cast<size_t>(qt)] + kt - ranges.first_in(qt, chunk_ka);
+    return ds_store + ((h - h0) * ds_per_head + block) * ds_block_bytes;
   };
   for (int64_t g0 = 0; g0 < sh.H_kv; g0 += group) {
     const int64_t kv_heads = std::min(group, sh.H_kv - g0);
@@ -160,24 +203,35 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
 
     // A key-tile task runs four products per visited tile and query head of its group, a
     // query-tile task three per visited tile, or one where the key-tile tasks kept dS for it:
-    // then it runs after them, in a loop of its own.
-    std::vector<Task> key_tasks, query_tasks;
-    for (int64_t kv = g0; kv < g0 + kv_heads; ++kv) {
-      for (int64_t t = 0; t < nt; ++t) {
-        key_tasks.push_back({4 * per_group * per_kt[static_cast<size_t>(t)], t, kv, kv, 0});
-      }
-      for (int64_t h = kv * per_group; h < (kv + 1) * per_group; ++h) {
-        for (int64_t t = nt - 1; t >= 0; --t) {
-          query_tasks.push_back({(keep_ds ? 1 : 3) * per_qt[static_cast<size_t>(t)], t, h, kv, 1});
+    // then, chunk by chunk of key tiles, the key-tile tasks of the chunk run first and the
+    // query-tile tasks whose key ranges meet it after them, each adding the chunk's part of dQ
+    // (carried from one chunk to the next in dq itself, so every tile is summed in key order).
+    auto key_tasks_of = [&](int64_t ka, int64_t kb) {
+      std::vector<Task> tasks;
+      for (int64_t kv = g0; kv < g0 + kv_heads; ++kv) {
+        for (int64_t t = ka; t < kb; ++t) {
+          tasks.push_back({4 * per_group * per_kt[static_cast<size_t>(t)], t, kv, kv, 0});
         }
       }
-    }
-    if (!keep_ds) {
-      key_tasks.insert(key_tasks.end(), query_tasks.begin(), query_tasks.end());
-      query_tasks.clear();
-    }
-    sort_tasks(key_tasks);
-    sort_tasks(query_tasks);
+      return tasks;
+    };
+    auto query_tasks_of = [&](int64_t ka, int64_t kb) {
+      std::vector<Task> tasks;
+      for (int64_t kv = g0; kv < g0 + kv_heads; ++kv) {
+        for (int64_t h = kv * per_group; h < (kv + 1) * per_group; ++h) {
+          for (int64_t t = nt - 1; t >= 0; --t) {
+            const int64_t tiles = ranges.last_in(t, kb) - ranges.first_in(t, ka) + 1;
+            // A query tile that sees no key still writes its dq (zeros), in the first chunk.
+            const bool sees_none =
+                ranges.hi[static_cast<size_t>(t)] < ranges.lo[static_cast<size_t>(t)];
+            if (tiles <= 0 && !(sees_none && ka == 0)) continue;
+            const int64_t cost = keep_ds ? tiles : 3 * per_qt[static_cast<size_t>(t)];
+            tasks.push_back({cost, t, h, kv, 1});
+          }
+        }
+      }
+      return tasks;
+    };
     auto run_task = [&](const Task& task, int worker) {
       const int64_t kv = task.kv;
       std::byte* const a_packed = scratch.bytes(worker, 0);
@@ -214,6 +268,11 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
             if (kind == TileMask::kSkip) continue;
             probs_and_grads(h, t, kind, qt, kt);
             if (keep_ds) {
+              if (kt < ranges.first_in(qt, 0) || kt > ranges.last_in(qt, nt)) {
+                throw std::logic_error(
+                    "attention_backward: a visible tile outside its query "
+                    "tile's key range");
+              }
               g.pack_a(dp, kBk, Trans::kNo, t.nq, nk, Block::kRowsByTile, ds_at(h0, h, qt, kt));
             }
             const int64_t kc = g.k_steps(t.nq);
@@ -228,9 +287,16 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
         store(acc0, k0, nk, dv + kv * D, sh.ld_kv);
         store(acc1, k0, nk, dk + kv * D, sh.ld_kv);
       } else {
-        // dQ (acc0).
+        // dQ (acc0), over the query tile's key tiles in the chunk [chunk_ka, chunk_kb), adding
+        // to what the chunks before stored in dq (copied exactly: the same sum in the same order
+        // as carried in acc0).
         const int64_t h = task.h, qt = task.tile, q0 = qt * kBq, nq = std::min(kBq, T - q0);
-        const auto [kt_lo, kt_hi] = mask.key_tiles(q0, nq);
+        const int64_t kt_lo = ranges.first_in(qt, chunk_ka), kt_hi = ranges.last_in(qt, chunk_kb);
+        if (kt_lo > ranges.first_in(qt, 0)) {
+          for (int64_t i = 0; i < nq; ++i) {
+            std::copy_n(dq + (q0 + i) * sh.ld_q + h * D, D, acc0 + i * dn);
+          }
+        }
         for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
           const Tile t{q0, nq, kt * kBk, std::min(kBk, T - kt * kBk)};
           const TileMask kind = mask.classify(t);
@@ -248,10 +314,27 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
         store(acc0, q0, nq, dq + h * D, sh.ld_q);
       }
     };
-    pool.parallel_for(key_tasks.size(),
-                      [&](size_t index, int worker) { run_task(key_tasks[index], worker); });
-    pool.parallel_for(query_tasks.size(),
-                      [&](size_t index, int worker) { run_task(query_tasks[index], worker); });
+    for (const auto& [ka, kb] : chunks) {
+      std::vector<Task> key_tasks = key_tasks_of(ka, kb), query_tasks = query_tasks_of(ka, kb);
+      if (!keep_ds) {
+        key_tasks.insert(key_tasks.end(), query_tasks.begin(), query_tasks.end());
+        query_tasks.clear();
+      }
+      sort_tasks(key_tasks);
+      sort_tasks(query_tasks);
+      // The chunk's layout of blocks (ds_at).
+      chunk_ka = ka;
+      chunk_kb = kb;
+      ds_per_head = 0;
+      for (int64_t qt = 0; qt < nt; ++qt) {
+        ds_first[static_cast<size_t>(qt)] = ds_per_head;
+        ds_per_head += std::max<int64_t>(ranges.last_in(qt, kb) - ranges.first_in(qt, ka) + 1, 0);
+      }
+      pool.parallel_for(key_tasks.size(),
+                        [&](size_t index, int worker) { run_task(key_tasks[index], worker); });
+      pool.parallel_for(query_tasks.size(),
+                        [&](size_t index, int worker) { run_task(query_tasks[index], worker); });
+    }
   }
 }
 

@@ -28,17 +28,18 @@ void attention_forward_one_query(const AttentionParams& p, float* out, float* ls
 // gives every head a group of its own. Results do not depend on it.
 int64_t set_attention_packed_budget(int64_t bytes);
 
-// Bytes of score gradients (dS, packed for dQ = dS·K) the backward may keep for one group of
-// heads (64 MiB unless set); returns the previous value. Within it, the tasks that own a key
-// tile keep the dS tiles they compute and the tasks that own a query tile read them, instead of
-// recomputing P and dS (two of their three products per tile, and the exponentials); beyond it
-// (long unwindowed sequences: the blocks grow as T × the visible keys), they recompute. Results
-// do not depend on it.
+// Bytes of score gradients (dS, packed for dQ = dS·K) the backward may keep at once (64 MiB
+// unless set); returns the previous value. The tasks that own a key tile keep the dS tiles they
+// compute and the tasks that own a query tile read them, instead of recomputing P and dS (two
+// of their three products per tile, and the exponentials): key tiles are taken in chunks whose
+// blocks fit the budget, and a group of heads has no more K/V heads than it holds one key tile's
+// blocks of. Where even that does not fit, the query-tile tasks recompute. Results do not
+// depend on it.
 int64_t set_attention_stored_gradient_budget(int64_t bytes);
 int64_t stored_score_gradient_budget();
 
-// Bytes of the dS blocks the backward on this kernel keeps for one K/V head (all its query
-// heads); it keeps them where they fit stored_score_gradient_budget().
-int64_t score_gradient_bytes_per_kv_head(const MicroKernel& kernel, const AttentionParams& p);
+// The most bytes of dS one key tile's task keeps for one K/V head (all its query heads) on this
+// kernel: the backward keeps dS where this fits stored_score_gradient_budget().
+int64_t score_gradient_bytes_per_key_tile(const MicroKernel& kernel, const AttentionParams& p);
 
 }  // namespace nanogpt
