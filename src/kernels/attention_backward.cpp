@@ -67,7 +67,8 @@ struct KeyRanges {
   }
 };
 
-// The most bytes of dS one key tile's task keeps for one query head.
+// The most bytes of dS one key tile's task keeps for one query head (score_gradient_bytes_per_
+// key_tile, and the backward's own test of its budget).
 int64_t largest_key_tile_blocks(const KeyRanges& ranges, int64_t block_bytes) {
   int64_t most = 0;
   for (int64_t n : ranges.seen_by) most = std::max(most, n);
@@ -119,7 +120,7 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   // of consecutive tiles whose blocks fit it.
   const KeyRanges ranges(mask, T);
   const int64_t ds_block_bytes = g.bytes(Block::kRowsByTile);
-  const int64_t ds_key_tile_bytes = score_gradient_bytes_per_key_tile(kernel, p);
+  const int64_t ds_key_tile_bytes = per_group * largest_key_tile_blocks(ranges, ds_block_bytes);
   const int64_t ds_budget = stored_score_gradient_budget();
   const bool keep_ds = ds_key_tile_bytes <= ds_budget;
   int64_t group = heads_per_group(kv_head_bytes, sh.H_kv);
@@ -150,7 +151,7 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   std::byte* const ds_store = workspace + group * kv_head_bytes;
   // A chunk's blocks: per query head of the group, per query tile, its key tiles in the chunk;
   // ds_first[qt] counts the blocks of the query tiles before it.
-  std::vector<int64_t> ds_first(static_cast<size_t>(nt) + 1);
+  std::vector<int64_t> ds_first(static_cast<size_t>(nt));
   int64_t ds_per_head = 0, chunk_ka = 0, chunk_kb = nt;
   // dS of query head h (of the group starting at h0), query tile qt, key tile kt of the chunk.
   auto ds_at = [&](int64_t h0, int64_t h, int64_t qt, int64_t kt) {
