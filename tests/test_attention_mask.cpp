@@ -74,6 +74,20 @@ TEST(AttentionMask, PredicateAndFirstVisibleFollowTheRule) {
   }
 }
 
+// The profiler's work per call: every (query, key) pair the rule admits, counted by brute force.
+TEST(AttentionMask, VisiblePairsCountTheRulesPairs) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const RandomMask r(rng);
+    const int64_t n = static_cast<int64_t>(r.doc.size());
+    int64_t expected = 0;
+    for (int64_t i = n - r.p.T; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) expected += sees(r.p, i, j) ? 1 : 0;
+    }
+    EXPECT_EQ(attention_visible_pairs(r.p), expected) << r.describe();
+  }
+}
+
 TEST(AttentionMask, TileGeometryAgreesWithTheRule) {
   // Every (query tile, key tile) pair: the classification is exact (skip: no pair visible;
   // full: every pair; partial: some of each), the key and query tile ranges contain every tile

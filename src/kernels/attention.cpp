@@ -40,6 +40,16 @@ bool attention_backward_keeps_score_gradients(const AttentionParams& p) {
          stored_score_gradient_budget();
 }
 
+int64_t attention_visible_pairs(const AttentionParams& p) {
+  validate(p, "attention_visible_pairs");
+  const AttentionMask mask(p);
+  int64_t pairs = 0;
+  for (int64_t i = mask.offset(); i < mask.positions(); ++i) {
+    pairs += i - mask.first_visible(i) + 1;
+  }
+  return pairs;
+}
+
 double attention_visited_fraction(const AttentionParams& p) {
   validate(p, "attention_visited_fraction");
   const Shape sh = shape_of(p);

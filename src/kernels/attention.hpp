@@ -78,6 +78,11 @@ void attention_backward_reference(const AttentionParams& p, const float* dout, f
 // (cost ~ T·W): about one half for a single document with W >= T / block_size.
 double attention_visited_fraction(const AttentionParams& p);
 
+// (query, key) pairs the mask leaves visible, per query head: what the kernels' products do
+// useful work on (the profiler's FLOPs per call). Documents count here, unlike
+// model/flop_count's pairs of one sequence.
+int64_t attention_visible_pairs(const AttentionParams& p);
+
 // Whether attention_backward keeps the score gradients (dS) its dK/dV pass computes, for dQ, or
 // recomputes P and dS for dQ: they are kept where one key tile's, for a K/V head's query heads,
 // fit the stored-gradient budget (set_attention_stored_gradient_budget, attention_internal.hpp),

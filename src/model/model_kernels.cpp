@@ -7,7 +7,6 @@
 #include "kernels/attention.hpp"
 #include "kernels/fused_linear_cross_entropy.hpp"
 #include "kernels/grouped_gemm.hpp"
-#include "model/flop_count.hpp"
 #include "runtime/profiler.hpp"
 
 namespace nanogpt {
@@ -286,12 +285,13 @@ void model_moe_combine_backward(const MoePlan& plan, int64_t d, const float* dY,
 
 namespace {
 
-// The work of one attention call over the pairs its masks leave (one document): those of the
-// last T queries of T_kv positions.
-double attention_pair_flops(const AttentionArgs<float>& a, double flops_per_pair_dim) {
-  const int64_t pairs = attention_pairs(a.T_kv, a.window_blocks, a.block_size) -
-                        attention_pairs(a.T_kv - a.T, a.window_blocks, a.block_size);
-  return flops_per_pair_dim * static_cast<double>(a.H * a.D) * static_cast<double>(pairs);
+// The work of one attention call: flops_per_pair_dim for each pair its masks leave visible
+// (documents included) and each dimension of each query head. Counted only when the profiler
+// records it: the count walks the queries.
+double attention_pair_flops(const AttentionParams& p, double flops_per_pair_dim) {
+  if (!Profiler::enabled()) return 0.0;
+  return flops_per_pair_dim * static_cast<double>(p.H * p.D) *
+         static_cast<double>(attention_visible_pairs(p));
 }
 
 // `tensors` query-sized tensors (T rows of H·D) and `kv_tensors` key/value-sized ones (T_kv
@@ -305,18 +305,23 @@ double attention_bytes(const AttentionArgs<float>& a, double tensors, double kv_
 
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse) {
   // q, out; k, v. QKᵀ and P·V: 4 FLOPs per pair and dimension.
+  const AttentionParams p = attention_params(a);
   ProfileScope scope("attention_fwd", "attention.fwd", {a.T, a.H, a.D, a.window_blocks},
-                     attention_pair_flops(a, 4.0), attention_bytes(a, 2.0, 2.0));
-  attention_forward(attention_params(a), out, lse);
+                     attention_pair_flops(p, 4.0), attention_bytes(a, 2.0, 2.0));
+  attention_forward(p, out, lse);
 }
 
 void model_attention_backward(const AttentionArgs<float>& a, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv) {
   // Eight tensors (q, k, v, out, dout in; dq, dk, dv out). The backward's four products plus
-  // the recomputed scores and dP (see flop_count.hpp): 14 FLOPs per pair and dimension.
+  // the recomputed scores (see flop_count.hpp): 10 FLOPs per pair and dimension, 14 where P
+  // and dS are recomputed for dQ too.
+  const AttentionParams p = attention_params(a);
+  const double per_pair =
+      Profiler::enabled() && attention_backward_keeps_score_gradients(p) ? 10.0 : 14.0;
   ProfileScope scope("attention_bwd", "attention.bwd", {a.T, a.H, a.D, a.window_blocks},
-                     attention_pair_flops(a, 14.0), attention_bytes(a, 4.0, 4.0));
-  attention_backward(attention_params(a), out, lse, dout, dq, dk, dv);
+                     attention_pair_flops(p, per_pair), attention_bytes(a, 4.0, 4.0));
+  attention_backward(p, out, lse, dout, dq, dk, dv);
 }
 
 double model_loss_forward(const LossArgs<float>& a, float* per_token) {
