@@ -431,8 +431,8 @@ TEST(Attention, Bf16MatchesRoundedReference) {
 
 TEST(Attention, EveryMicroKernelMatchesReference) {
   // Every kernel this CPU has, whatever NANOGPT_ISA selects: fp32 ones in fp32, and in bf16
-  // the native ones (AVX512-BF16 12×32, AMX 32×32) and the fp32 ones on operands their packers
-  // round. Their mr (4, 6, 8, 12, 32) and nr (8, 16, 32) pad tiles and head dims differently.
+  // the native ones (AVX512-BF16 8×32, AMX 32×32) and the fp32 ones on operands their packers
+  // round. Their mr (4, 6, 8, 32) and nr (8, 16, 32) pad tiles and head dims differently.
   // Every third awkward case, which still covers every T, D, document layout and window, and
   // one grouped-query case.
   const std::vector<Case> all = awkward_cases();

@@ -21,7 +21,7 @@ namespace nanogpt {
 // never straddles a block boundary and most tiles are either fully visible or skipped; other
 // block sizes still work, they just take the elementwise-mask path more often. 64 is also a
 // multiple of every micro-kernel's nr (8 to 32) and of the k step (1, 2 or 32), so key tiles
-// need no padding as columns or as k; rows are padded to the kernel's mr (6 and 12 do not
+// need no padding as columns or as k; rows are padded to the kernel's mr (avx2's 6 does not
 // divide 64).
 constexpr int64_t kBq = 64;
 constexpr int64_t kBk = 64;

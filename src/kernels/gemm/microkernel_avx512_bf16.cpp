@@ -1,8 +1,12 @@
 // bf16 products with AVX512-BF16: VDPBF16PS adds, per fp32 lane, the two products of a pair
-// of bf16. 12 rows × 32 columns: 24 zmm accumulators, 2 B loads (32 columns × a k pair) and
-// 12 broadcast pairs of A per k pair. A broadcast reads one pair wherever it is, so A's
+// of bf16. 8 rows × 32 columns: 16 zmm accumulators, 2 B loads (32 columns × a k pair) and
+// 8 broadcast pairs of A per k pair. A broadcast reads one pair wherever it is, so A's
 // micro-panel is read packed or, a bf16 A with k contiguous, in place from its rows
 // (fn_a_rows): nothing to pack.
+// Why 8 rows: 8 divides attention's 64-token tiles, which 12 rows padded to 72 (a ninth of the
+// tile products wasted); the loads, 10 per 16 VDPBF16PS, stay within what the core issues
+// beside them, so the GEMMs keep their rate (bench/README.md, 2026-12-05, seventeenth
+// session).
 #include <cstring>
 
 #include "kernels/gemm/epilogue.hpp"
@@ -18,7 +22,7 @@ namespace nanogpt {
 
 namespace {
 
-constexpr int64_t kMR = 12, kNR = 32;
+constexpr int64_t kMR = 8, kNR = 32;
 
 // The sum over kc values of k into 24 registers, then either stored to acc or, kFinish, the
 // tile finished into C from the registers (finish_registers.hpp).
@@ -32,10 +36,12 @@ NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const void
   const bf16* b = static_cast<const bf16*>(b_v);
   __m512 t[kMR][2];
   start_tile_registers<kMR>(t, acc_in, ld_acc, accumulate);
-  // Rows in place: four row pointers, each with the next two rows at lda and 2·lda (x86's
-  // base + index·scale), so the loop keeps 5 registers of addresses instead of 12 (with 12
-  // the compiler spilled two and reloaded them every k pair).
-  const char* rows_at[4] = {a, a + 3 * lda_bytes, a + 6 * lda_bytes, a + 9 * lda_bytes};
+  // Rows in place: a row pointer per three rows, each with the next two at lda and 2·lda
+  // (x86's base + index·scale), so the loop keeps 4 registers of addresses instead of 8 (with
+  // one per row, 12 rows made the compiler spill two and reload them every k pair).
+  constexpr int kGroups = (kMR + 2) / 3;
+  const char* rows_at[kGroups];
+  for (int g = 0; g < kGroups; ++g) rows_at[g] = a + 3 * g * lda_bytes;
   for (int64_t kk = 0; kk < kc / 2; ++kk) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kk * 2 * kNR);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kk * 2 * kNR + kNR);

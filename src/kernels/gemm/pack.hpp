@@ -113,7 +113,7 @@ void amx_pack_b_bf16(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int
 
 // The AVX512-BF16 kernel's VNNI packers (pack_avx512.cpp, the same building blocks): A
 // micro-panels of kVnniMr rows, B micro-panels of kVnniNr columns.
-constexpr int kVnniMr = 12, kVnniNr = 32;
+constexpr int kVnniMr = 8, kVnniNr = 32;
 void vnni_pack_a_f32(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
 void vnni_pack_a_bf16(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
 void vnni_pack_b_f32(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);

@@ -129,6 +129,35 @@ NANOGPT_TARGET_AVX512BF16 void amx_panel(const void* src_v, int64_t ld, Trans tr
   }
 }
 
+// An 8-row VNNI micro-panel from rows contiguous in k, 64 values of k at a time: the rows' first
+// 32 values and their next 32 as the 16 inputs of one transpose, whose column j then holds pair
+// j in its low 8 lanes and pair 16 + j in its high 8 (the 16-row block of vnni_panel would
+// transpose 8 rows of zeros).
+template <class T>
+NANOGPT_AVX512BF16 void half_rows_panel(const T* src, int64_t ld, int64_t valid, int64_t k_valid,
+                                        int64_t kp, uint32_t* out) {
+  for (int64_t k0 = 0; k0 < kp; k0 += 64) {
+    __m512i v[16];
+    for (int half = 0; half < 2; ++half) {
+      const int64_t k = k0 + 32 * half, n = k_valid - k;
+      for (int i = 0; i < 8; ++i) {
+        v[8 * half + i] =
+            i < valid && n > 0 ? load_pairs(src + i * ld + k, n) : _mm512_setzero_si512();
+      }
+    }
+    transpose16(v);
+    const int64_t pairs = (kp - k0) / 2;
+    for (int64_t j = 0; j < 16 && j < pairs; ++j) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k0 / 2 + j) * 8),
+                          _mm512_castsi512_si256(v[j]));
+      if (16 + j < pairs) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (k0 / 2 + 16 + j) * 8),
+                            _mm512_extracti64x4_epi64(v[j], 1));
+      }
+    }
+  }
+}
+
 // One VNNI micro-panel of p rows of Y (layout::vnni_a with mr = p, or vnni_b seen transposed
 // with nr = p): per k pair, the p pairs of its rows, contiguous.
 template <class T, int kP>
@@ -136,6 +165,12 @@ NANOGPT_TARGET_AVX512BF16 void vnni_panel(const void* src_v, int64_t ld, Trans t
                                           int64_t valid, int64_t k_valid, int64_t kp, void* out_v) {
   const T* src = static_cast<const T*>(src_v) + (trans == Trans::kNo ? first * ld : first);
   uint32_t* out = static_cast<uint32_t*>(out_v);  // one pair per element
+  if constexpr (kP == 8) {
+    if (trans == Trans::kNo) {
+      half_rows_panel(src, ld, valid, k_valid, kp, out);
+      return;
+    }
+  }
   for (int64_t k0 = 0; k0 < kp; k0 += 32) {
     const int64_t pairs = (kp - k0) / 2 < 16 ? (kp - k0) / 2 : 16;
     for (int64_t i0 = 0; i0 < kP; i0 += 16) {
