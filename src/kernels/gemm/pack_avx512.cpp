@@ -129,6 +129,62 @@ NANOGPT_TARGET_AVX512BF16 void amx_panel(const void* src_v, int64_t ld, Trans tr
   }
 }
 
+// 8 values of a row, the lanes outside m zero (nullptr: all zero).
+NANOGPT_AVX512BF16 __m256 row_of_8(const float* p, __mmask8 m) {
+  return p != nullptr ? _mm256_maskz_loadu_ps(m, p) : _mm256_setzero_ps();
+}
+NANOGPT_AVX512BF16 __m128i row_of_8(const bf16* p, __mmask8 m) {
+  return p != nullptr ? _mm_maskz_loadu_epi16(m, p) : _mm_setzero_si128();
+}
+
+// a in lanes 0..7, b in 8..15 (AVX-512F's 64-bit insert: the 32-bit one needs DQ).
+NANOGPT_AVX512BF16 __m512 halves(__m256 a, __m256 b) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
+}
+
+// Two k pairs of 8 rows contiguous in i: lanes 0..7 the pairs (k, k + 1) of rows 0..7 and lanes
+// 8..15 the pairs (k + 2, k + 3), from the rows of the source at those four k (nullptr: past
+// k_valid, zero). m: the rows that are valid.
+NANOGPT_AVX512BF16 __m512i load_two_pairs_of_8(const float* k0, const float* k1, const float* k2,
+                                               const float* k3, __mmask8 m) {
+  const __m512 lo = halves(row_of_8(k0, m), row_of_8(k2, m));
+  const __m512 hi = halves(row_of_8(k1, m), row_of_8(k3, m));
+  // As load_pair_rows: words 0..15 the rounded lo, 16..31 the rounded hi, interleaved.
+  const __m512i interleave =
+      _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(interleave,
+                                  reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+}
+
+NANOGPT_AVX512BF16 __m512i load_two_pairs_of_8(const bf16* k0, const bf16* k1, const bf16* k2,
+                                               const bf16* k3, __mmask8 m) {
+  const __m512i lo = _mm512_cvtepu16_epi32(
+      _mm256_inserti128_si256(_mm256_castsi128_si256(row_of_8(k0, m)), row_of_8(k2, m), 1));
+  const __m512i hi = _mm512_cvtepu16_epi32(
+      _mm256_inserti128_si256(_mm256_castsi128_si256(row_of_8(k1, m)), row_of_8(k3, m), 1));
+  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+
+// An 8-row VNNI micro-panel from rows contiguous in i, two k pairs (64 bytes of the panel) a
+// store; the 16-lane loop of vnni_panel would fill half of each vector.
+template <class T>
+NANOGPT_AVX512BF16 void half_rows_panel_transposed(const T* src, int64_t ld, int64_t valid,
+                                                   int64_t k_valid, int64_t kp, uint32_t* out) {
+  const __mmask8 m = static_cast<__mmask8>(valid >= 8 ? 0xFF : (1u << valid) - 1);
+  const auto row = [&](int64_t k) { return k < k_valid ? src + k * ld : nullptr; };
+  int64_t k = 0;
+  for (; k + 4 <= kp; k += 4) {
+    _mm512_storeu_si512(out + k / 2 * 8,
+                        load_two_pairs_of_8(row(k), row(k + 1), row(k + 2), row(k + 3), m));
+  }
+  if (k < kp) {  // one pair left (kp is even)
+    const __m512i v = load_two_pairs_of_8(row(k), row(k + 1), nullptr, nullptr, m);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k / 2 * 8), _mm512_castsi512_si256(v));
+  }
+}
+
 // An 8-row VNNI micro-panel from rows contiguous in k, 64 values of k at a time: the rows' first
 // 32 values and their next 32 as the 16 inputs of one transpose, whose column j then holds pair
 // j in its low 8 lanes and pair 16 + j in its high 8 (the 16-row block of vnni_panel would
@@ -168,8 +224,10 @@ NANOGPT_TARGET_AVX512BF16 void vnni_panel(const void* src_v, int64_t ld, Trans t
   if constexpr (kP == 8) {
     if (trans == Trans::kNo) {
       half_rows_panel(src, ld, valid, k_valid, kp, out);
-      return;
+    } else {
+      half_rows_panel_transposed(src, ld, valid, k_valid, kp, out);
     }
+    return;
   }
   for (int64_t k0 = 0; k0 < kp; k0 += 32) {
     const int64_t pairs = (kp - k0) / 2 < 16 ? (kp - k0) / 2 : 16;
