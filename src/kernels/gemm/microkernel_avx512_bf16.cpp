@@ -24,7 +24,7 @@ namespace {
 
 constexpr int64_t kMR = 8, kNR = 32;
 
-// The sum over kc values of k into 24 registers, then either stored to acc or, kFinish, the
+// The sum over kc values of k into 16 registers, then either stored to acc or, kFinish, the
 // tile finished into C from the registers (finish_registers.hpp).
 template <bool kFinish, bool kRowsA>
 NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const void* a_v,
