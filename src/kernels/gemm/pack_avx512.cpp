@@ -20,22 +20,31 @@ namespace {
 #define NANOGPT_AVX512BW NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE
 #define NANOGPT_AVX512BF16 NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE
 
-// 16 masked lanes (zero elsewhere) of two rows, as 16 pairs (lo[e], hi[e]) of bf16.
-NANOGPT_AVX512BF16 __m512i load_pair_rows(const float* lo, const float* hi, __mmask16 m_lo,
-                                          __mmask16 m_hi) {
-  // VCVTNE2PS2BF16 puts lo's 16 values in words 0..15 and hi's in 16..31; interleave them.
+// 16 pairs (lo[e], hi[e]) of bf16 from fp32 lo and hi, rounded: VCVTNE2PS2BF16 puts lo's 16
+// values in words 0..15 and hi's in 16..31, then they are interleaved.
+NANOGPT_AVX512BF16 __m512i rounded_pairs(__m512 lo, __m512 hi) {
   const __m512i interleave =
       _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                        21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  const __m512bh both =
-      _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m_hi, hi), _mm512_maskz_loadu_ps(m_lo, lo));
-  return _mm512_permutexvar_epi16(interleave, reinterpret_cast<__m512i>(both));
+  return _mm512_permutexvar_epi16(interleave,
+                                  reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+}
+
+// 16 pairs (lo[e], hi[e]) from 16 bf16 each.
+NANOGPT_AVX512BW __m512i word_pairs(__m256i lo, __m256i hi) {
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                         _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+}
+
+// 16 masked lanes (zero elsewhere) of two rows, as 16 pairs (lo[e], hi[e]) of bf16.
+NANOGPT_AVX512BF16 __m512i load_pair_rows(const float* lo, const float* hi, __mmask16 m_lo,
+                                          __mmask16 m_hi) {
+  return rounded_pairs(_mm512_maskz_loadu_ps(m_lo, lo), _mm512_maskz_loadu_ps(m_hi, hi));
 }
 
 NANOGPT_AVX512BF16 __m512i load_pair_rows(const bf16* lo, const bf16* hi, __mmask16 m_lo,
                                           __mmask16 m_hi) {
-  const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m_lo, lo));
-  return _mm512_or_si512(l, bf16_load_hi(hi, m_hi));
+  return word_pairs(_mm256_maskz_loadu_epi16(m_lo, lo), _mm256_maskz_loadu_epi16(m_hi, hi));
 }
 
 // 32 consecutive values (n of them valid) as 16 pairs, in order.
@@ -148,23 +157,15 @@ NANOGPT_AVX512BF16 __m512 halves(__m256 a, __m256 b) {
 // k_valid, zero). m: the rows that are valid.
 NANOGPT_AVX512BF16 __m512i load_two_pairs_of_8(const float* k0, const float* k1, const float* k2,
                                                const float* k3, __mmask8 m) {
-  const __m512 lo = halves(row_of_8(k0, m), row_of_8(k2, m));
-  const __m512 hi = halves(row_of_8(k1, m), row_of_8(k3, m));
-  // As load_pair_rows: words 0..15 the rounded lo, 16..31 the rounded hi, interleaved.
-  const __m512i interleave =
-      _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16(interleave,
-                                  reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+  return rounded_pairs(halves(row_of_8(k0, m), row_of_8(k2, m)),
+                       halves(row_of_8(k1, m), row_of_8(k3, m)));
 }
 
 NANOGPT_AVX512BF16 __m512i load_two_pairs_of_8(const bf16* k0, const bf16* k1, const bf16* k2,
                                                const bf16* k3, __mmask8 m) {
-  const __m512i lo = _mm512_cvtepu16_epi32(
-      _mm256_inserti128_si256(_mm256_castsi128_si256(row_of_8(k0, m)), row_of_8(k2, m), 1));
-  const __m512i hi = _mm512_cvtepu16_epi32(
+  return word_pairs(
+      _mm256_inserti128_si256(_mm256_castsi128_si256(row_of_8(k0, m)), row_of_8(k2, m), 1),
       _mm256_inserti128_si256(_mm256_castsi128_si256(row_of_8(k1, m)), row_of_8(k3, m), 1));
-  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
 }
 
 // An 8-row VNNI micro-panel from rows contiguous in i, two k pairs (64 bytes of the panel) a
