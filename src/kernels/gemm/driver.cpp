@@ -157,6 +157,7 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
   if (M == 0 || N == 0 || (K == 0 && beta == 1.0f && epilogue == nullptr)) return;
   const PanelPackFn pack_a = kernel.pack_a[static_cast<int>(sources.a)];
   const PanelPackFn pack_b = kernel.pack_b[static_cast<int>(sources.b)];
+  const PanelsAcrossPackFn pack_a_across = kernel.pack_a_across[static_cast<int>(sources.a)];
   if (pack_a == nullptr || pack_b == nullptr) {
     throw std::invalid_argument(std::string("gemm: the ") + kernel.isa +
                                 " kernel cannot read this operand type");
@@ -389,7 +390,8 @@ void run_product(const MicroKernel& kernel, const GemmBlocking& blocking, PackSo
                       lda, trans_a, a_bytes, std::span<const int64_t>(p, n), mr, M, k_valid, pk_len,
                       [&](int64_t q, int64_t k) {
                         return pa + la(q * mr - a_packed_row0, k0 + k) * bytes;
-                      });
+                      },
+                      pack_a_across);
                 });
             if (b_flags != nullptr) {
               ensure_packed(

@@ -143,7 +143,8 @@ void run_grouped(const MicroKernel& kernel, PackSource source, std::vector<Group
     } else {
       pack::pack_panels(
           pack_a, g.a, g.lda, g.a_order, sizeof(float), panels, mr, g.M, g.K, g.kp,
-          [&](int64_t q, int64_t k) { return pa + g.a_at + g.la(q * mr, k) * bytes; });
+          [&](int64_t q, int64_t k) { return pa + g.a_at + g.la(q * mr, k) * bytes; },
+          kernel.pack_a_across[static_cast<int>(source)]);
     }
   });
 

@@ -79,6 +79,16 @@ struct PackSources {
 using PanelPackFn = void (*)(const void* src, int64_t ld, Trans trans, int64_t first, int64_t valid,
                              int64_t k_valid, int64_t kp, void* out);
 
+// Packs `panels` consecutive micro-panels of A: rows [first, first + valid) of Y and k in
+// [0, k_valid) as PanelPackFn does (the panels' other rows and k up to kp zero), panel g at
+// out + g·panel_bytes, from a source contiguous in i (Y[i][k] = src[k·ld + i]). Bit for bit what
+// the kernel's PanelPackFn writes panel by panel; it reads a cache line of each source row at a
+// time across the panels the line spans, where one panel at a time reads a part of each line
+// (a few values of k rows far apart) per panel.
+using PanelsAcrossPackFn = void (*)(const void* src, int64_t ld, int64_t first, int64_t valid,
+                                    int64_t k_valid, int64_t kp, int64_t panels, void* out,
+                                    int64_t panel_bytes);
+
 // C[0:rows, 0:cols] = alpha·acc + beta·C (beta == 0 never reads C), then the epilogue's
 // outputs at the same coordinates; row, col are the tile's position in C for those.
 using FinishFn = void (*)(const float* acc, int64_t ld_acc, int64_t rows, int64_t cols, float alpha,
@@ -90,6 +100,7 @@ using LayoutFn = layout::Layout (*)(int64_t rows, int64_t k);
 // A kernel's packers for one operand, indexed by PackSource; null where it cannot read that
 // source. fp32 kernels take pack::fp32_pack_table (pack.hpp).
 using PackTable = std::array<PanelPackFn, 3>;
+using AcrossPackTable = std::array<PanelsAcrossPackFn, 3>;
 
 // The driver's cache blocking, as a value the autotuner can choose (gemm/blocking.hpp).
 struct GemmBlocking {
@@ -116,6 +127,10 @@ struct MicroKernel {
   LayoutFn b_layout = nullptr;  // called as (k, cols)
   PackTable pack_a = {};
   PackTable pack_b = {};
+  // Optional, by PackSource: pack_a for runs of consecutive panels from a source contiguous in i
+  // (a weight gradient's dYᵀ, the head's Gᵀ, attention's P, Pᵀ and dSᵀ); null: pack_a panel by
+  // panel (pack_panels.hpp, TileGemm::pack_a).
+  AcrossPackTable pack_a_across = {};
   FinishFn finish = nullptr;
   // Optional: fn and finish in one call (above), for a tile's last K block whose epilogue is at
   // most an addend.

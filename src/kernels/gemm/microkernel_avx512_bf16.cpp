@@ -106,6 +106,8 @@ MicroKernel microkernel_avx512_bf16() {
   m.b_layout = b_layout;
   m.pack_a[1] = pack::vnni_pack_a_f32;
   m.pack_a[2] = pack::vnni_pack_a_bf16;
+  m.pack_a_across[1] = pack::vnni_pack_a_across_f32;
+  m.pack_a_across[2] = pack::vnni_pack_a_across_bf16;
   m.pack_b[1] = pack::vnni_pack_b_f32;
   m.pack_b[2] = pack::vnni_pack_b_bf16;
   m.finish = finish_tile_avx512;

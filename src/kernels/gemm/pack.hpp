@@ -118,5 +118,11 @@ void vnni_pack_a_f32(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int
 void vnni_pack_a_bf16(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
 void vnni_pack_b_f32(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
 void vnni_pack_b_bf16(const void*, int64_t, Trans, int64_t, int64_t, int64_t, int64_t, void*);
+// Runs of A micro-panels from sources contiguous in i (MicroKernel::pack_a_across): four panels
+// of a 64-byte line of bf16, two of fp32.
+void vnni_pack_a_across_f32(const void*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                            void*, int64_t);
+void vnni_pack_a_across_bf16(const void*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             void*, int64_t);
 
 }  // namespace nanogpt::pack

@@ -6,6 +6,8 @@
 // Their kernels need AVX512-BF16 (isa.cpp, microkernel_dispatch.cpp), so fp32 is rounded to bf16
 // by VCVTNE2PS2BF16, 32 values an instruction, bit for bit as to_bf16 (bf16.hpp) does it; the
 // fp32-layout packers, which also run on CPUs without it, round in integer arithmetic.
+#include <algorithm>
+
 #include "kernels/gemm/bf16_avx512.hpp"
 #include "kernels/gemm/pack.hpp"
 #include "kernels/target.hpp"
@@ -215,6 +217,87 @@ NANOGPT_AVX512BF16 void half_rows_panel(const T* src, int64_t ld, int64_t valid,
   }
 }
 
+// The 64-byte parts (k pairs (k, k + 1) and (k + 2, k + 3)) of the four 8-row panels of a line
+// of 32 bf16 rows of Y, from the source rows at k .. k + 3. Per 128-bit lane L (panel L),
+// unpacklo/unpackhi of (r0, r1) hold the pairs (k, k + 1) of its rows 0–3 and 4–7, and of
+// (r2, r3) those of k + 2: a 4 × 4 transpose of 128-bit lanes puts each panel's four in one
+// vector.
+NANOGPT_AVX512BF16 void panels_of_line(__m512i r0, __m512i r1, __m512i r2, __m512i r3,
+                                       __m512i out[4]) {
+  const __m512i a = _mm512_unpacklo_epi16(r0, r1), b = _mm512_unpackhi_epi16(r0, r1);
+  const __m512i c = _mm512_unpacklo_epi16(r2, r3), d = _mm512_unpackhi_epi16(r2, r3);
+  const __m512i ab_low = _mm512_shuffle_i32x4(a, b, 0x44),
+                ab_high = _mm512_shuffle_i32x4(a, b, 0xEE);
+  const __m512i cd_low = _mm512_shuffle_i32x4(c, d, 0x44),
+                cd_high = _mm512_shuffle_i32x4(c, d, 0xEE);
+  out[0] = _mm512_shuffle_i32x4(ab_low, cd_low, 0x88);
+  out[1] = _mm512_shuffle_i32x4(ab_low, cd_low, 0xDD);
+  out[2] = _mm512_shuffle_i32x4(ab_high, cd_high, 0x88);
+  out[3] = _mm512_shuffle_i32x4(ab_high, cd_high, 0xDD);
+}
+
+// The same for the two 8-row panels of a line of 16 fp32 rows (out[0], out[1]), rounded:
+// rounded_pairs gives each panel's pairs in one half of the vector.
+NANOGPT_AVX512BF16 void panels_of_line(__m512 r0, __m512 r1, __m512 r2, __m512 r3, __m512i out[4]) {
+  const __m512i low = rounded_pairs(r0, r1), high = rounded_pairs(r2, r3);
+  out[0] = _mm512_shuffle_i64x2(low, high, 0x44);
+  out[1] = _mm512_shuffle_i64x2(low, high, 0xEE);
+}
+
+NANOGPT_AVX512BW __mmask16 first_lanes(int64_t n) {
+  return n >= 16  ? static_cast<__mmask16>(0xFFFF)
+         : n <= 0 ? static_cast<__mmask16>(0)
+                  : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// Rows [0, rows) of a line of Y at one k (the rest zero); nullptr: past k_valid, all zero.
+NANOGPT_AVX512BF16 __m512i line_row(const bf16* p, int64_t rows) {
+  if (p == nullptr || rows <= 0) return _mm512_setzero_si512();
+  const __mmask32 m = rows >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << rows) - 1);
+  return _mm512_maskz_loadu_epi16(m, p);
+}
+NANOGPT_AVX512BF16 __m512 line_row(const float* p, int64_t rows) {
+  return p == nullptr ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(first_lanes(rows), p);
+}
+
+// Runs of 8-row VNNI panels from rows contiguous in i, a 64-byte line of each source row (four
+// panels of bf16, two of fp32) at a time, four k (two pairs: 64 bytes of each panel) a step.
+// The same bits as half_rows_panel_transposed panel by panel: the same rounding, zeros past the
+// valid rows and k_valid.
+template <class T>
+NANOGPT_TARGET_AVX512BF16 void vnni_panels_across(const void* src_v, int64_t ld, int64_t first,
+                                                  int64_t valid, int64_t k_valid, int64_t kp,
+                                                  int64_t panels, void* out_v,
+                                                  int64_t panel_bytes) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kPanels = kLine / kVnniMr;
+  const T* src = static_cast<const T*>(src_v) + first;
+  char* out = static_cast<char*>(out_v);
+  for (int64_t g = 0; g < panels; g += kPanels) {
+    const int64_t rows = valid - g * kVnniMr, count = std::min(kPanels, panels - g);
+    const T* line = rows > 0 ? src + g * kVnniMr : nullptr;
+    for (int64_t k = 0; k < kp; k += 4) {
+      const T* at[4];
+      for (int64_t j = 0; j < 4; ++j) {
+        at[j] = line != nullptr && k + j < k_valid ? line + (k + j) * ld : nullptr;
+      }
+      __m512i part[4];
+      panels_of_line(line_row(at[0], rows), line_row(at[1], rows), line_row(at[2], rows),
+                     line_row(at[3], rows), part);
+      // kp is even: the last step may hold one pair (32 bytes).
+      const bool two_pairs = k + 4 <= kp;
+      for (int64_t p = 0; p < count; ++p) {
+        char* dst = out + (g + p) * panel_bytes + k / 2 * kVnniMr * 4;
+        if (two_pairs) {
+          _mm512_storeu_si512(dst, part[p]);
+        } else {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_castsi512_si256(part[p]));
+        }
+      }
+    }
+  }
+}
+
 // One VNNI micro-panel of p rows of Y (layout::vnni_a with mr = p, or vnni_b seen transposed
 // with nr = p): per k pair, the p pairs of its rows, contiguous.
 template <class T, int kP>
@@ -258,12 +341,6 @@ NANOGPT_AVX512BW __m512 load_f32(const float* p, __mmask16 m) {
 template <PackSource>
 NANOGPT_AVX512BW __m512 load_f32(const bf16* p, __mmask16 m) {
   return _mm512_castsi512_ps(bf16_load_hi(p, m));
-}
-
-NANOGPT_AVX512BW __mmask16 first_lanes(int64_t n) {
-  return n >= 16  ? static_cast<__mmask16>(0xFFFF)
-         : n <= 0 ? static_cast<__mmask16>(0)
-                  : static_cast<__mmask16>((1u << n) - 1);
 }
 
 // One fp32 micro-panel of kP rows of Y (layout::fp32_a with mr = kP, or fp32_b seen transposed
@@ -330,6 +407,17 @@ void amx_pack_b_f32(const void* src, int64_t ld, Trans t, int64_t first, int64_t
 void amx_pack_b_bf16(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,
                      int64_t k_valid, int64_t kp, void* out) {
   amx_panel<bf16, true>(src, ld, t, first, valid, k_valid, kp, out);
+}
+
+void vnni_pack_a_across_f32(const void* src, int64_t ld, int64_t first, int64_t valid,
+                            int64_t k_valid, int64_t kp, int64_t panels, void* out,
+                            int64_t panel_bytes) {
+  vnni_panels_across<float>(src, ld, first, valid, k_valid, kp, panels, out, panel_bytes);
+}
+void vnni_pack_a_across_bf16(const void* src, int64_t ld, int64_t first, int64_t valid,
+                             int64_t k_valid, int64_t kp, int64_t panels, void* out,
+                             int64_t panel_bytes) {
+  vnni_panels_across<bf16>(src, ld, first, valid, k_valid, kp, panels, out, panel_bytes);
 }
 
 void vnni_pack_a_f32(const void* src, int64_t ld, Trans t, int64_t first, int64_t valid,

@@ -19,6 +19,7 @@ TileGemm::TileGemm(const MicroKernel& kernel, Precision precision, int64_t tile,
       bytes_(kernel.packed_bytes),
       pack_a_(kernel.pack_a[static_cast<int>(source_)]),
       pack_b_(kernel.pack_b[static_cast<int>(source_)]),
+      pack_a_across_(kernel.pack_a_across[static_cast<int>(source_)]),
       tile_(tile),
       rows_(round_up(tile, kernel.mr)),
       dk_(round_up(D, kernel.k_step)),
@@ -37,6 +38,12 @@ TileGemm::TileGemm(const MicroKernel& kernel, Precision precision, int64_t tile,
   }
   for (int64_t j = 0; j < tile_; j += nr_) offsets(Block::kTileByD).push_back(lb_d(0, j) * bytes_);
   for (int64_t j = 0; j < dn_; j += nr_) offsets(Block::kDByTile).push_back(lb_t(0, j) * bytes_);
+  for (int b = 0; b < 4; ++b) {
+    const std::vector<int64_t>& off = offsets_[b];
+    for (size_t p = 1; p < off.size(); ++p) {
+      evenly_spaced_[b] = evenly_spaced_[b] && off[p] - off[p - 1] == off[1] - off[0];
+    }
+  }
   size_[static_cast<int>(Block::kRowsByD)] = rows_ * dk_ * bytes_;
   size_[static_cast<int>(Block::kRowsByTile)] = rows_ * tile_ * bytes_;
   size_[static_cast<int>(Block::kTileByD)] = tile_ * dk_ * bytes_;
@@ -47,6 +54,13 @@ void TileGemm::pack_a(const float* src, int64_t ld, Trans trans, int64_t valid, 
                       Block b, std::byte* out) const {
   const std::vector<int64_t>& off = offsets(b);
   const int64_t kp = k_steps(k_valid), panels = ceil_div(valid, mr_);
+  // From a source contiguous in i, the tile's panels in one call where they lie evenly spaced
+  // (MicroKernel::pack_a_across).
+  if (trans == Trans::kYes && pack_a_across_ != nullptr && evenly_spaced_[static_cast<int>(b)]) {
+    pack_a_across_(src, ld, 0, valid, k_valid, kp, panels, out,
+                   off.size() > 1 ? off[1] - off[0] : 0);
+    return;
+  }
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t first = p * mr_;
     pack_a_(src, ld, trans, first, std::min(valid - first, mr_), k_valid, kp,

@@ -82,8 +82,10 @@ class TileGemm {
   PackSource source_;
   int64_t mr_, nr_, ks_, bytes_;
   PanelPackFn pack_a_, pack_b_;
+  PanelsAcrossPackFn pack_a_across_;  // or null (MicroKernel::pack_a_across)
   int64_t tile_, rows_, dk_, dn_;
   std::vector<int64_t> offsets_[4];  // bytes from a block's start to each micro-panel
+  bool evenly_spaced_[4] = {true, true, true, true};  // offsets_[b] steps by one stride
   int64_t size_[4] = {};
 };
 
