@@ -100,6 +100,102 @@ TEST(TileGemm, PartialTilesReadOnlyWhatThePackersWrote) {
   }
 }
 
+// Bits of a float, so that a comparison tells a NaN left in place from a value.
+uint32_t bits_of(float x) {
+  return std::bit_cast<uint32_t>(x);
+}
+
+// A product told where the causal rule hides part of the tile (CausalSkip) gives every output a
+// visible pair needs the bits the whole product gives: the score products at each visible
+// (key, query), the products over keys and over queries everywhere (their A zero at the hidden
+// pairs, as P and dS are). Each delta from far below to far past the tile, on every kernel; the
+// skips must also happen (some scores left out, NaN where the buffer started NaN).
+TEST(TileGemm, CausalSkipKeepsWhatVisiblePairsNeed) {
+  const int64_t D = 40, ldc = 64;
+  uint32_t seed = 5;
+  for (const auto& [kernel, source] : every_gemm_kernel()) {
+    const Precision precision =
+        source == PackSource::kF32ToBf16 ? Precision::kBf16 : Precision::kFp32;
+    const TileGemm g(kernel, precision, kTile, D);
+    const std::string who =
+        std::string(kernel.isa) + (source == PackSource::kF32ToBf16 ? " bf16" : " fp32");
+    bool skipped_some = false;
+    for (const int64_t delta : {-70, -40, -9, -1, 0, 1, 5, 7, 8, 31, 33, 63, 70}) {
+      // Scores: rows by D as k, times tile columns by D as k.
+      const std::vector<float> a = random_values(static_cast<size_t>(kTile * D), seed++);
+      const std::vector<float> b = random_values(static_cast<size_t>(kTile * D), seed++);
+      std::vector<std::byte> pa = nan_block(g, Block::kRowsByD), pb = nan_block(g, Block::kTileByD);
+      g.pack_a(a.data(), D, Trans::kNo, kTile, D, Block::kRowsByD, pa.data());
+      g.pack_b(b.data(), D, Trans::kNo, kTile, D, Block::kTileByD, pb.data());
+      for (const CausalAxes axes : {CausalAxes::kKeysByQueries, CausalAxes::kQueriesByKeys}) {
+        const CausalSkip skip{axes, delta};
+        std::vector<float> whole(static_cast<size_t>(g.rows() * ldc));
+        std::vector<float> part(whole.size(), std::numeric_limits<float>::quiet_NaN());
+        {
+          const TaskScope scope(g);
+          g.product(kTile, kTile, g.dk(), pa.data(), Block::kRowsByD, pb.data(), Block::kTileByD,
+                    whole.data(), ldc, false);
+          g.product(kTile, kTile, g.dk(), pa.data(), Block::kRowsByD, pb.data(), Block::kTileByD,
+                    part.data(), ldc, false, &skip);
+        }
+        for (int64_t i = 0; i < kTile; ++i) {
+          for (int64_t j = 0; j < kTile; ++j) {
+            const bool visible =
+                axes == CausalAxes::kKeysByQueries ? i <= j + delta : j <= i + delta;
+            const size_t at = static_cast<size_t>(i * ldc + j);
+            if (std::isnan(part[at])) skipped_some = true;
+            if (visible) {
+              ASSERT_EQ(bits_of(part[at]), bits_of(whole[at]))
+                  << who << " scores, axes " << static_cast<int>(axes) << " delta " << delta
+                  << " at " << i << "," << j;
+            }
+          }
+        }
+      }
+      // Over keys (rows queries, k keys) or over queries (rows keys, k queries): rows by tile
+      // tokens as k, zero where hidden, times D columns by tile tokens as k; accumulated onto
+      // the same c, or written.
+      for (const CausalAxes axes : {CausalAxes::kQueriesOverKeys, CausalAxes::kKeysOverQueries}) {
+        std::vector<float> p = random_values(static_cast<size_t>(kTile * kTile), seed++);
+        for (int64_t i = 0; i < kTile; ++i) {
+          for (int64_t k = 0; k < kTile; ++k) {
+            const bool hidden =
+                axes == CausalAxes::kQueriesOverKeys ? k > i + delta : i > k + delta;
+            if (hidden) p[static_cast<size_t>(i * kTile + k)] = 0.0f;
+          }
+        }
+        const std::vector<float> v = random_values(static_cast<size_t>(kTile * D), seed++);
+        std::vector<std::byte> pp = nan_block(g, Block::kRowsByTile);
+        std::vector<std::byte> pv = nan_block(g, Block::kDByTile);
+        g.pack_a(p.data(), kTile, Trans::kNo, kTile, kTile, Block::kRowsByTile, pp.data());
+        g.pack_b(v.data(), D, Trans::kYes, D, kTile, Block::kDByTile, pv.data());
+        const std::vector<float> c0 = random_values(static_cast<size_t>(g.rows() * g.dn()), seed++);
+        for (const bool accumulate : {true, false}) {
+          const CausalSkip skip{axes, delta};
+          std::vector<float> whole = c0, part = c0;
+          {
+            const TaskScope scope(g);
+            g.product(kTile, D, kTile, pp.data(), Block::kRowsByTile, pv.data(), Block::kDByTile,
+                      whole.data(), g.dn(), accumulate);
+            g.product(kTile, D, kTile, pp.data(), Block::kRowsByTile, pv.data(), Block::kDByTile,
+                      part.data(), g.dn(), accumulate, &skip);
+          }
+          for (int64_t i = 0; i < kTile; ++i) {
+            for (int64_t j = 0; j < D; ++j) {
+              const size_t at = static_cast<size_t>(i * g.dn() + j);
+              ASSERT_EQ(bits_of(part[at]), bits_of(whole[at]))
+                  << who << " over " << (axes == CausalAxes::kQueriesOverKeys ? "keys" : "queries")
+                  << ", delta " << delta << (accumulate ? " accumulated" : "") << " at " << i << ","
+                  << j;
+            }
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(skipped_some) << who << ": no score micro-tile was left out at any delta";
+  }
+}
+
 // store() writes alpha·acc exactly (the product is rounded once, as alpha·acc in C++), whether
 // it streams (a destination whose rows start on cache lines, on a kernel with non-temporal
 // stores) or not (one float past that), and touches nothing outside the rows and columns given.

@@ -97,15 +97,21 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
         const Tile t{q0, nq, kt * kBk, std::min(kBk, sh.T_kv - kt * kBk)};
         const TileMask kind = mask.classify(t);
         if (kind == TileMask::kSkip) continue;
+        // Across the causal diagonal: no scores of keys after every query of a micro-tile (the
+        // softmax masks them), no P·V over keys after a row block's last query.
+        const int64_t delta = mask.offset() + t.q0 - t.k0;
+        const CausalSkip scores{CausalAxes::kKeysByQueries, delta};
+        const CausalSkip over_keys{CausalAxes::kQueriesOverKeys, delta};
+        const bool partial = kind == TileMask::kPartial;
         g.product(t.nk, nq, g.dk(), k_pack.at(kv, kt), Block::kRowsByD, q_packed, Block::kTileByD,
-                  s, kBq, false);
+                  s, kBq, false, partial ? &scores : nullptr);
         mask.visible_ranges(t, kind, fv.data(), w.lo, w.hi);
         online_softmax_tile(s, t.nk, nq, w.lo, w.hi, kind == TileMask::kFull, p.scale, w.m, w.l,
                             w.alpha);
         scale_rows(o, nq, dn, w.alpha);
         g.pack_a(s, kBq, Trans::kYes, nq, t.nk, Block::kRowsByTile, p_packed);
         g.product(nq, D, g.k_steps(t.nk), p_packed, Block::kRowsByTile, v_pack.at(kv, kt),
-                  Block::kDByTile, o, dn, true);
+                  Block::kDByTile, o, dn, true, partial ? &over_keys : nullptr);
       }
       // out = o / l, each row scaled once; then streamed out (TileGemm::store).
       for (int64_t i = 0; i < nq; ++i) {

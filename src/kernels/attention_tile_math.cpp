@@ -62,7 +62,9 @@ NANOGPT_TARGET_CLONES void probs_and_grads_tile(float* s, float* dp, int64_t nq,
       const bool in = j >= a && j < b;
       const float pij = in ? exp_approx(scale * si[j] - shift) : 0.0f;
       si[j] = pij;
-      dpi[j] = scale * pij * (dpi[j] - d);
+      // Hidden pairs' dS is 0 whatever dp holds there: a product told the causal rule leaves
+      // hidden micro-tiles of dp as they were (TileGemm::product).
+      dpi[j] = in ? scale * pij * (dpi[j] - d) : 0.0f;
     }
   }
 }

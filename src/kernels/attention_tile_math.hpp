@@ -28,7 +28,8 @@ void scale_rows(float* o, int64_t rows, int64_t n, const float* alpha);
 
 // A backward tile, s[i·kBk + j] for query i < nq and key j (the row holds kBk keys, those of
 // the tile and padding the products ignore): s holds raw scores and dp holds dP = dO·Vᵀ.
-// Leaves P (0 outside [lo[i], hi[i])) in s and dS = scale·P∘(dP − Delta) in dp.
+// Leaves P (0 outside [lo[i], hi[i])) in s and dS = scale·P∘(dP − Delta) in dp (0 there too,
+// whatever dp held: the score products leave hidden micro-tiles out, TileGemm::product).
 void probs_and_grads_tile(float* s, float* dp, int64_t nq, const int32_t* lo, const int32_t* hi,
                           float scale, const float* lse, const float* delta);
 

@@ -32,6 +32,17 @@ TileGemm::TileGemm(const MicroKernel& kernel, Precision precision, int64_t tile,
   }
   const layout::Layout la_d = kernel.a_layout(rows_, dk_), la_t = kernel.a_layout(rows_, tile_);
   const layout::Layout lb_d = kernel.b_layout(dk_, tile_), lb_t = kernel.b_layout(tile_, dn_);
+  // Micro-panels are located by row part and column part (offsets_, and product()'s k start).
+  for (const layout::Layout& l : {la_d, la_t, lb_d, lb_t}) {
+    if (!l.separable()) {
+      throw Error(std::string("attention: the ") + kernel.isa +
+                  " micro-kernel's packed layouts are swizzled; tile products need separable ones");
+    }
+  }
+  layouts_[static_cast<int>(Block::kRowsByD)] = la_d;
+  layouts_[static_cast<int>(Block::kRowsByTile)] = la_t;
+  layouts_[static_cast<int>(Block::kTileByD)] = lb_d;
+  layouts_[static_cast<int>(Block::kDByTile)] = lb_t;
   for (int64_t i = 0; i < rows_; i += mr_) {
     offsets(Block::kRowsByD).push_back(la_d(i, 0) * bytes_);
     offsets(Block::kRowsByTile).push_back(la_t(i, 0) * bytes_);
@@ -79,15 +90,59 @@ void TileGemm::pack_b(const float* src, int64_t ld, Trans trans, int64_t valid, 
   }
 }
 
+namespace {
+
+// The k range [begin, end) a micro-tile at (ip, jp) of a product runs over, given the causal
+// rule's part of the tile hidden (TileGemm::product): empty where only hidden pairs make it.
+struct Depth {
+  int64_t begin, end;
+};
+Depth causal_depth(const CausalSkip& skip, int64_t ip, int64_t jp, int64_t mr, int64_t nr,
+                   int64_t ks, int64_t kc) {
+  switch (skip.axes) {
+    case CausalAxes::kKeysByQueries:  // every key of the micro-tile after its last query
+      return {0, ip > jp + nr - 1 + skip.delta ? 0 : kc};
+    case CausalAxes::kQueriesByKeys:
+      return {0, jp > ip + mr - 1 + skip.delta ? 0 : kc};
+    case CausalAxes::kQueriesOverKeys:  // up to the last key the row block's last query sees
+      return {0, std::min(kc, round_up(std::max<int64_t>(ip + mr + skip.delta, 0), ks))};
+    case CausalAxes::kKeysOverQueries:  // from the first query the row block's first key meets
+      return {std::min(kc, std::max<int64_t>(ip - skip.delta, 0) / ks * ks), kc};
+  }
+  return {0, kc};
+}
+
+}  // namespace
+
 void TileGemm::product(int64_t rows, int64_t cols, int64_t kc, const std::byte* a, Block ba,
-                       const std::byte* b, Block bb, float* c, int64_t ldc, bool accumulate) const {
+                       const std::byte* b, Block bb, float* c, int64_t ldc, bool accumulate,
+                       const CausalSkip* skip) const {
   const std::vector<int64_t>& a_off = offsets(ba);
   const std::vector<int64_t>& b_off = offsets(bb);
+  const layout::Layout& la = layouts_[static_cast<int>(ba)];
+  const layout::Layout& lb = layouts_[static_cast<int>(bb)];
   for (int64_t jp = 0; jp < cols; jp += nr_) {
     const std::byte* bp = b + b_off[static_cast<size_t>(jp / nr_)];
     for (int64_t ip = 0; ip < rows; ip += mr_) {
-      kernel_.fn(kc, a + a_off[static_cast<size_t>(ip / mr_)], bp, c + ip * ldc + jp, ldc,
-                 accumulate);
+      Depth k{0, kc};
+      if (skip != nullptr) {
+        k = causal_depth(*skip, ip, jp, mr_, nr_, ks_, kc);
+        // A score micro-tile left out keeps c's old values; a product over keys or queries with
+        // nothing to add leaves an accumulated c as it is, but one that overwrites must write.
+        const bool scores =
+            skip->axes == CausalAxes::kKeysByQueries || skip->axes == CausalAxes::kQueriesByKeys;
+        if (k.begin >= k.end) {
+          if (accumulate || scores) continue;
+          k = {0, kc};
+        }
+      }
+      const std::byte* ap = a + a_off[static_cast<size_t>(ip / mr_)];
+      if (k.begin == 0) {
+        kernel_.fn(k.end, ap, bp, c + ip * ldc + jp, ldc, accumulate);
+      } else {
+        kernel_.fn(k.end - k.begin, ap + la.col_part(k.begin) * bytes_,
+                   bp + lb.row_part(k.begin) * bytes_, c + ip * ldc + jp, ldc, accumulate);
+      }
     }
   }
 }

@@ -22,6 +22,21 @@ namespace nanogpt {
 // k (V, dO, Q, K as the right side of P·V, Pᵀ·dO, dSᵀ·Q, dS·K).
 enum class Block { kRowsByD, kRowsByTile, kTileByD, kDByTile };
 
+// Where a tile straddles the causal diagonal, key kj of the tile is hidden from query qi when
+// kj > qi + delta, delta the query tile's first position minus the key tile's first (0 on the
+// diagonal). A product told so skips what only hidden pairs make: which of its dimensions hold
+// the keys and the queries says what that is.
+enum class CausalAxes {
+  kKeysByQueries,    // rows keys, columns queries (the forward's scores, K·Qᵀ)
+  kQueriesByKeys,    // rows queries, columns keys (the backward's scores Q·Kᵀ and dO·Vᵀ)
+  kQueriesOverKeys,  // rows queries, k keys (P·V, dS·K)
+  kKeysOverQueries,  // rows keys, k queries (Pᵀ·dO, dSᵀ·Q)
+};
+struct CausalSkip {
+  CausalAxes axes;
+  int64_t delta;
+};
+
 // The tile products of one call, on one micro-kernel: packing into its panels and running it
 // over a block of micro-tiles. A block's micro-panels are located through the kernel's own
 // layouts once, here, and every micro-panel is packed starting at k = 0, so the kernel can be
@@ -54,8 +69,15 @@ class TileGemm {
   // c[0:rows, 0:cols] (+)= A·B over the first kc values of k, rows and cols rounded up to
   // whole micro-tiles (c must have room for them). Reads only what the packers wrote when rows
   // and cols are at most the blocks' `valid` and kc at most k_steps of their k_valid.
+  // Given `skip` (the causal rule hides part of the tile), micro-tiles of scores that only
+  // hidden pairs make are not computed (their part of c keeps what it held: the caller's masks
+  // must not read it), and a product over keys stops each row block's k at the last key its
+  // queries see, and one over queries starts it at the first query its keys are seen by (the
+  // pairs outside have P or dS exactly zero, which adds nothing). Blocks' layouts must be
+  // separable (every kernel's are) for a product over queries to start past k = 0.
   void product(int64_t rows, int64_t cols, int64_t kc, const std::byte* a, Block ba,
-               const std::byte* b, Block bb, float* c, int64_t ldc, bool accumulate) const;
+               const std::byte* b, Block bb, float* c, int64_t ldc, bool accumulate,
+               const CausalSkip* skip = nullptr) const;
 
   // dst[0:rows, 0:cols] = alpha·acc[0:rows, 0:cols], for an output this call writes once and
   // a later pass reads: with non-temporal stores where the kernel has them (MicroKernel::stream)
@@ -85,6 +107,7 @@ class TileGemm {
   PanelsAcrossPackFn pack_a_across_;  // or null (MicroKernel::pack_a_across)
   int64_t tile_, rows_, dk_, dn_;
   std::vector<int64_t> offsets_[4];  // bytes from a block's start to each micro-panel
+  layout::Layout layouts_[4];        // each block's layout (kRowsBy*: A's, k·By*: B's)
   bool evenly_spaced_[4] = {true, true, true, true};  // offsets_[b] steps by one stride
   int64_t size_[4] = {};
 };
