@@ -776,7 +776,8 @@ TEST(Attention, VisitedFractionScalesWithWindow) {
     return attention_visited_fraction(p);
   };
   auto one_doc = [](int64_t T) { return std::vector<int32_t>(static_cast<size_t>(T), 0); };
-  // W = 2 with 64-token tiles: each query tile sees 3 or 4 key tiles of 64 → 3.5/64 ≈ 0.055.
+  // W = 2 with 128-token blocks: a query sees its block and the one before, 256 keys, so about
+  // 256/4096 of all pairs at any tile size that divides a block.
   const double w2 = fraction(4096, 2, one_doc(4096));
   EXPECT_GT(w2, 0.5 * 2 * 128 / 4096.0);
   EXPECT_LT(w2, 2.0 * 2 * 128 / 4096.0);
@@ -786,14 +787,15 @@ TEST(Attention, VisitedFractionScalesWithWindow) {
   EXPECT_GT(w4 / w2, 1.9);
   EXPECT_LT(w4 / w2, 2.2);
   // A window covering everything leaves plain causal attention: n(n+1)/2 of n² tile pairs.
-  EXPECT_NEAR(fraction(4096, 32, one_doc(4096)), 0.5, 0.01);
-  EXPECT_NEAR(fraction(4096, 1000000, one_doc(4096)), 0.5, 0.01);
-  // Short documents cut it further: 64-token docs aligned to tiles leave only the diagonal.
+  const double n = 4096.0 / static_cast<double>(kBq);
+  EXPECT_NEAR(fraction(4096, 32, one_doc(4096)), (n + 1) / (2 * n), 1e-12);
+  EXPECT_NEAR(fraction(4096, 1000000, one_doc(4096)), (n + 1) / (2 * n), 1e-12);
+  // Short documents cut it further: one-tile docs aligned to tiles leave only the diagonal.
   std::vector<int32_t> docs(4096);
-  for (int64_t t = 0; t < 4096; ++t) docs[t] = static_cast<int32_t>(t / 64);
-  EXPECT_NEAR(fraction(4096, 32, docs), 1.0 / 64, 1e-12);
+  for (int64_t t = 0; t < 4096; ++t) docs[t] = static_cast<int32_t>(t / kBq);
+  EXPECT_NEAR(fraction(4096, 32, docs), 1.0 / n, 1e-12);
   // Decoding the last 64 positions of 4096 with W = 2: one query tile (block 31) sees blocks
-  // 30 and 31, key tiles 60..63, of 64 key tiles.
+  // 30 and 31, keys 3840..4095: 256 / kBk of the 4096 / kBk key tiles.
   std::vector<int32_t> doc = one_doc(4096);
   AttentionParams p;
   p.T = 64;
@@ -1054,8 +1056,8 @@ TEST(Attention, KeptScoreGradientsStayWithinTheirBudget) {
 
 TEST(Attention, DecodingPacksOnlyTheKeysItSees) {
   // One new token over a cache of 4096 with a window of one 128-token block: it sees keys
-  // 3968..4095, two key tiles of 64, so the tile path packs two tiles of K and V per K/V head
-  // (about 2·2·64·D floats with padding), not the 64 tiles of the whole cache. (A single query
+  // 3968..4095, one or two key tiles (kBk), so the tile path packs that many tiles of K and V per
+  // K/V head, not the whole cache's. (A single query
   // takes the one-query path, which packs nothing; the tile path still decodes chunks of
   // several tokens the same way.)
   const int64_t T_kv = 4096, H = 2, H_kv = 1, D = 16;
@@ -1071,9 +1073,9 @@ TEST(Attention, DecodingPacksOnlyTheKeysItSees) {
     Workspace::Use use(ws);
     attention_forward_with(active_microkernel(), p, out.data(), lse.data());
   }
-  // The same call over a cache of only the 128 keys it sees (two tiles too) holds as much: the
+  // The same call over a cache of only the 128 keys it sees (as many tiles) holds as much: the
   // workspace holds the packed tiles and the per-worker tile buffers, which do not grow with
-  // the cache. Packing the whole cache would hold 64 tiles of K and V.
+  // the cache. Packing the whole cache would hold all its tiles of K and V.
   AttentionParams seen = p;
   seen.T_kv = 128;
   seen.k = p.k + (T_kv - 128) * full.ld;

@@ -2,10 +2,10 @@
 //
 // The query at position i sees the key at position j iff j <= i, doc[i] == doc[j] and
 // (i / block_size) - (j / block_size) < window_blocks. Scores are s_ij = scale·q_i·k_j. The kernels
-// never build a T×T score matrix: they walk 64×64 tiles of queries × keys with an online softmax
-// (flash-attention style), skip tiles the mask hides entirely, and so cost O(T·W) rather than
-// O(T²). The backward recomputes the probabilities from q, k and the saved log-sum-exp instead of
-// storing them.
+// never build a T×T score matrix: they walk 128×128 tiles of queries × keys (attention_mask.hpp)
+// with an online softmax (flash-attention style), skip tiles the mask hides entirely, and so cost
+// O(T·W) rather than O(T²). The backward recomputes the probabilities from q, k and the saved
+// log-sum-exp instead of storing them.
 //
 // The tile products run on the GEMM micro-kernels (gemm/microkernel.hpp), called per tile on
 // the worker: fp32 on active_microkernel(), bf16 on active_bf16_microkernel() (AMX where the

@@ -17,14 +17,18 @@
 
 namespace nanogpt {
 
-// Tiles of kBq queries × kBk keys. 64 divides the speedrun's 128-token mask blocks, so a tile
-// never straddles a block boundary and most tiles are either fully visible or skipped; other
-// block sizes still work, they just take the elementwise-mask path more often. 64 is also a
-// multiple of every micro-kernel's nr (8 to 32) and of the k step (1, 2 or 32), so key tiles
-// need no padding as columns or as k; rows are padded to the kernel's mr (avx2's 6 does not
-// divide 64).
-constexpr int64_t kBq = 64;
-constexpr int64_t kBk = 64;
+// Tiles of kBq queries × kBk keys. 128 is the speedrun's mask block, so a tile never straddles a
+// block boundary and most tiles are either fully visible or skipped; other block sizes still
+// work, they just take the elementwise-mask path more often. 128 is also a multiple of every
+// micro-kernel's nr (8 to 32) and of the k step (1, 2 or 32), so key tiles need no padding as
+// columns or as k; rows are padded to the kernel's mr (avx2's 6 does not divide 128). 128 rather
+// than 64 since the products skip the hidden micro-tiles of a tile across the causal diagonal
+// (TileGemm's CausalSkip), so a larger tile no longer computes the diagonal's hidden half, and
+// its per-tile costs (P·V's accumulator loads and stores per key tile, the rescaling of o, each
+// task's packing) spread over twice the keys: on Zen 5, the cpu preset's attention forward and
+// backward in a training step took 1.5% and 1.6% less time (bench/README, 2026-12-06).
+constexpr int64_t kBq = 128;
+constexpr int64_t kBk = 128;
 static_assert(kBq == kBk, "one tile size serves the query and key tiles of the products");
 
 // A tile: queries [q0, q0+nq) by index (positions offset + q0 on), keys [k0, k0+nk).

@@ -29,7 +29,8 @@
 // Visible pairs are those the causal and sliding-window masks leave (Gpt::layer_window: long
 // layers see W blocks, short ones max(1, W/2)), for a sequence that is one document. The kernel
 // also skips pairs across document boundaries, so on real data it does somewhat less than
-// counted; it also computes whole 64×64 tiles on the mask's edges, so somewhat more.
+// counted; it also computes whole tiles on the window's and documents' edges and whole
+// micro-tiles on the causal diagonal, so somewhat more.
 #pragma once
 
 #include <cstdint>
