@@ -1057,9 +1057,8 @@ TEST(Attention, KeptScoreGradientsStayWithinTheirBudget) {
 TEST(Attention, DecodingPacksOnlyTheKeysItSees) {
   // One new token over a cache of 4096 with a window of one 128-token block: it sees keys
   // 3968..4095, one or two key tiles (kBk), so the tile path packs that many tiles of K and V per
-  // K/V head, not the whole cache's. (A single query
-  // takes the one-query path, which packs nothing; the tile path still decodes chunks of
-  // several tokens the same way.)
+  // K/V head, not the whole cache's. (A single query takes the one-query path, which packs
+  // nothing; the tile path still decodes chunks of several tokens the same way.)
   const int64_t T_kv = 4096, H = 2, H_kv = 1, D = 16;
   Problem full(T_kv, H, D, 1, std::vector<int32_t>(T_kv, 0), 61, 128, H_kv);
   AttentionParams p = full.params;

@@ -25,8 +25,9 @@ namespace nanogpt {
 // than 64 since the products skip the hidden micro-tiles of a tile across the causal diagonal
 // (TileGemm's CausalSkip), so a larger tile no longer computes the diagonal's hidden half, and
 // its per-tile costs (P·V's accumulator loads and stores per key tile, the rescaling of o, each
-// task's packing) spread over twice the keys: on Zen 5, the cpu preset's attention forward and
-// backward in a training step took 1.5% and 1.6% less time (bench/README, 2026-12-06).
+// task's packing) spread over twice the keys. On Zen 5 that is a small gain, about 2% of the cpu
+// preset's attention in a training step by the medians of alternated pairs, near the noise of a
+// single pair (bench/README, 2026-12-06).
 constexpr int64_t kBq = 128;
 constexpr int64_t kBk = 128;
 static_assert(kBq == kBk, "one tile size serves the query and key tiles of the products");
