@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -247,14 +246,9 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       // Across the causal diagonal the score products leave out micro-tiles of hidden pairs
       // only (probs_and_grads_tile masks them), dQ stops at a row block's last key, and dV and
       // dK start at the first query a row block's keys are seen by.
-      auto causal = [&](const Tile& t, TileMask kind, CausalAxes axes) {
-        return kind == TileMask::kPartial
-                   ? std::optional<CausalSkip>(CausalSkip{axes, mask.offset() + t.q0 - t.k0})
-                   : std::nullopt;
-      };
       auto probs_and_grads = [&](int64_t h, const Tile& t, TileMask kind, int64_t qt, int64_t kt) {
-        const std::optional<CausalSkip> skip = causal(t, kind, CausalAxes::kQueriesByKeys);
-        const CausalSkip* scores = skip ? &*skip : nullptr;
+        const CausalSkip skip{CausalAxes::kQueriesByKeys, mask.diagonal_offset(t)};
+        const CausalSkip* scores = kind == TileMask::kPartial ? &skip : nullptr;
         g.product(t.nq, t.nk, g.dk(), q_a.at(h, qt), Block::kRowsByD, k_b.at(kv, kt),
                   Block::kTileByD, s, kBk, false, scores);
         g.product(t.nq, t.nk, g.dk(), dout_a.at(h, qt), Block::kRowsByD, v_b.at(kv, kt),
@@ -288,8 +282,8 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
               g.pack_a(dp, kBk, Trans::kNo, t.nq, nk, Block::kRowsByTile, ds_at(h0, h, qt, kt));
             }
             const int64_t kc = g.k_steps(t.nq);
-            const std::optional<CausalSkip> skip = causal(t, kind, CausalAxes::kKeysOverQueries);
-            const CausalSkip* over_queries = skip ? &*skip : nullptr;
+            const CausalSkip skip{CausalAxes::kKeysOverQueries, mask.diagonal_offset(t)};
+            const CausalSkip* over_queries = kind == TileMask::kPartial ? &skip : nullptr;
             g.pack_a(s, kBk, Trans::kYes, nk, t.nq, Block::kRowsByTile, a_packed);
             g.product(nk, D, kc, a_packed, Block::kRowsByTile, dout_b.at(h, qt), Block::kDByTile,
                       acc0, dn, true, over_queries);
@@ -322,9 +316,9 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
             probs_and_grads(h, t, kind, qt, kt);
             g.pack_a(dp, kBk, Trans::kNo, nq, t.nk, Block::kRowsByTile, a_packed);
           }
-          const std::optional<CausalSkip> skip = causal(t, kind, CausalAxes::kQueriesOverKeys);
+          const CausalSkip skip{CausalAxes::kQueriesOverKeys, mask.diagonal_offset(t)};
           g.product(nq, D, g.k_steps(t.nk), ds, Block::kRowsByTile, kt_b.at(kv, kt),
-                    Block::kDByTile, acc0, dn, true, skip ? &*skip : nullptr);
+                    Block::kDByTile, acc0, dn, true, kind == TileMask::kPartial ? &skip : nullptr);
         }
         store(acc0, q0, nq, dq + h * D, sh.ld_q);
       }

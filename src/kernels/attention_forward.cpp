@@ -99,7 +99,7 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
         if (kind == TileMask::kSkip) continue;
         // Across the causal diagonal: no scores of keys after every query of a micro-tile (the
         // softmax masks them), no P·V over keys after a row block's last query.
-        const int64_t delta = mask.offset() + t.q0 - t.k0;
+        const int64_t delta = mask.diagonal_offset(t);
         const CausalSkip scores{CausalAxes::kKeysByQueries, delta};
         const CausalSkip over_keys{CausalAxes::kQueriesOverKeys, delta};
         const bool partial = kind == TileMask::kPartial;

@@ -49,6 +49,9 @@ class AttentionMask {
   int64_t queries() const { return T_; }
   int64_t positions() const { return T_kv_; }
   int64_t offset() const { return T_kv_ - T_; }  // position of query 0
+  // The tile's first query position minus its first key position: key kj of the tile is hidden
+  // from query qi by the causal rule when kj > qi + diagonal_offset (TileGemm's CausalSkip).
+  int64_t diagonal_offset(const Tile& t) const { return offset() + t.q0 - t.k0; }
 
   // The rule, for the positions i of a query and j of a key.
   bool visible(int64_t i, int64_t j) const {
