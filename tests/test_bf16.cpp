@@ -2,7 +2,7 @@
 // value, ties to the even mantissa, overflow to infinity, NaN stays NaN, denormals to zero) over
 // random and targeted bit patterns and on every special class, and the rounding's vector form
 // (gemm/bf16_avx512.hpp), the VCVTNEPS2BF16 instruction and the vectorised roundings (packers,
-// GEMM epilogue) against to_bf16 bit for bit.
+// GEMM epilogue, the streamed rows) against to_bf16 bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -206,6 +206,35 @@ TEST(Bf16, RowRoundingMatchesScalarBitForBit) {
       const bool inside = i >= offset && i < offset + static_cast<size_t>(n);
       const uint16_t want = inside ? to_bf16_bits(x[i]) : uint16_t{0x5555};
       ASSERT_EQ(out[i].bits, want) << "at " << i << " offset " << offset;
+    }
+  }
+}
+
+// The streamed form (non-temporal stores from the first 32-byte aligned output, the plain
+// rounding before and after) against the scalar one, at every alignment of the output within
+// 32 bytes and lengths that end inside the head, at a chunk's edge and inside the tail.
+TEST(Bf16, StreamedRowRoundingMatchesScalarBitForBit) {
+  std::vector<float> x;
+  for (const auto& [name, u] : special_classes()) x.push_back(from_bits(u));
+  for (uint32_t u : test_patterns()) x.push_back(from_bits(u));
+  x.resize(1 << 16);
+  std::vector<bf16> out(x.size() + 64);
+  for (int64_t offset = 0; offset < 16; ++offset) {
+    for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{16}, int64_t{31},
+                            int64_t{48}, int64_t{1000}, static_cast<int64_t>(x.size()) - 3}) {
+      std::fill(out.begin(), out.end(), bf16{0x5555});
+      // The buffer's own alignment varies with the allocator: start from its 32-byte boundary.
+      const auto base = reinterpret_cast<uintptr_t>(out.data());
+      const int64_t start = static_cast<int64_t>((32 - base % 32) % 32 / sizeof(bf16)) + offset;
+      round_to_bf16_streamed(x.data() + offset, n, out.data() + start);
+      streamed_stores_fence();
+      for (int64_t i = 0; i < static_cast<int64_t>(out.size()); ++i) {
+        const bool inside = i >= start && i < start + n;
+        const uint16_t want =
+            inside ? to_bf16_bits(x[static_cast<size_t>(offset + i - start)]) : uint16_t{0x5555};
+        ASSERT_EQ(out[static_cast<size_t>(i)].bits, want)
+            << "at " << i << ", offset " << offset << ", n " << n;
+      }
     }
   }
 }

@@ -410,10 +410,12 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
       rotary.apply_inverse(y, heads, pos[t]);
       rmsnorm_backward(y, s.D, &rstd_qk[t * heads], drow, s.D, drow, s.D, heads, s.D, false);
       if constexpr (std::is_same_v<Real, float>) {
-        if (rounded) round_to_bf16(drow, row, &dqkv_rounded[t * row]);
+        // Read only by the products of the next two calls, after the caches have moved on.
+        if (rounded) round_to_bf16_streamed(drow, row, &dqkv_rounded[t * row]);
       }
     }
     dla[static_cast<size_t>(b)] = {dla0, dla1};
+    if (rounded) streamed_stores_fence();
   });
   return sum_blocks(dla);
 }
