@@ -18,6 +18,7 @@
 #include "kernels/gemm/layout.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
+#include "kernels/streamed_store.hpp"
 #include "kernels/target.hpp"
 #include "runtime/cpu_info.hpp"
 

@@ -63,13 +63,4 @@ inline float round_to_bf16(float f) {
 // (model/block_ops.hpp, ProductRows). Compiled per ISA (bf16.cpp), the same bits as to_bf16.
 void round_to_bf16(const float* x, int64_t n, bf16* out);
 
-// The same values stored around the caches (non-temporal stores) where the CPU has AVX-512,
-// for a rounded copy written once and read by a later pass only: its lines are then not read
-// in before they are written (write-allocate). qk_norm.rotary.v_mix.bwd's dqkv, 12.5 MB per
-// call on the cpu preset: 154.7 → 142.3 ms per 4 steps (Zen 5, bench/README.md, 2026-12-06).
-// The stores are weakly ordered: call streamed_stores_fence() after the last of them, before
-// another thread may read out (a pool task's end).
-void round_to_bf16_streamed(const float* x, int64_t n, bf16* out);
-void streamed_stores_fence();
-
 }  // namespace nanogpt

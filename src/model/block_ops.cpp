@@ -9,6 +9,7 @@
 #include "kernels/axpby.hpp"
 #include "kernels/dot.hpp"
 #include "kernels/rmsnorm.hpp"
+#include "kernels/streamed_store.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/thread_pool.hpp"
@@ -52,15 +53,27 @@ std::array<double, k> sum_blocks(const std::vector<std::array<double, k>>& parti
   return total;
 }
 
-// out[j0, j0 + len) = values[...] rounded to bf16, where out is given (float only: the double
-// model never stores rounded rows).
+// out[0, n) = values[0, n) rounded to bf16, where out is given (float only: the double model
+// never stores rounded rows).
 template <class Real>
-void round_rows(const Real* values, bf16* out, int64_t j0, int64_t len) {
+void round_rows(const Real* values, int64_t n, bf16* out) {
   if (out == nullptr) return;
   if constexpr (std::is_same_v<Real, float>) {
-    round_to_bf16(values + j0, len, out + j0);
+    round_to_bf16(values, n, out);
   } else {
     throw std::invalid_argument("round_rows: bf16 rows are for float models");
+  }
+}
+
+// A row a pass writes and only a later one reads (the backward; a product after attention), by
+// when the caches have moved on: stored around them (kernels/streamed_store.hpp). The double
+// model's rows, plainly. The pass calls streamed_stores_fence() before its task ends.
+template <class Real>
+void store_for_later(const Real* row, int64_t n, Real* out) {
+  if constexpr (std::is_same_v<Real, float>) {
+    copy_streamed(row, n, out);
+  } else {
+    std::memcpy(out, row, static_cast<size_t>(n) * sizeof(Real));
   }
 }
 
@@ -260,24 +273,38 @@ void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* 
   // Floats moved per row, for the profiler: the copy into x_res writes one row more.
   const int64_t per_row = (x_res != nullptr ? 4 : 3) * d + (norm_rounded != nullptr ? d / 2 : 0);
   for_row_blocks("residual_mix.norm1", T, per_row, [&](int64_t, int64_t t0, int64_t t1) {
-    // The optional inputs are tested once per block, not per element (a select
-    // between pointers inside the loop kept it scalar: perf, 2026-11-26).
-    const int64_t j0 = t0 * d, len = (t1 - t0) * d;
-    const size_t bytes = static_cast<size_t>(len) * sizeof(Real);
-    if (skip_src != nullptr) {
-      add_scaled(len, x_prev + j0, skip, skip_src + j0, x_in + j0);
-    } else {
-      std::memcpy(x_in + j0, x_prev + j0, bytes);
+    // A token's x_in, x_mix and norm rows are made here and stored for later (store_for_later):
+    // the backward reads x_in and norm, attention's projection adds x_mix. The optional inputs
+    // are tested once per row, not per element (a select between pointers inside the loop kept
+    // it scalar: perf, 2026-11-26).
+    std::vector<Real> rows(static_cast<size_t>(3 * d));
+    Real* const in = rows.data();
+    Real* const mix = in + d;
+    Real* const y = mix + d;
+    const size_t bytes = static_cast<size_t>(d) * sizeof(Real);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t j = t * d;
+      if (skip_src != nullptr) {
+        add_scaled(d, x_prev + j, skip, skip_src + j, in);
+      } else {
+        std::memcpy(in, x_prev + j, bytes);
+      }
+      if (x0 != nullptr) {
+        weighted_sum(d, l0, in, l1, x0 + j, mix);
+      } else {
+        std::memcpy(mix, in, bytes);
+      }
+      store_for_later(in, d, x_in + j);
+      store_for_later(mix, d, x_mix + j);
+      if (x_res != nullptr) std::memcpy(x_res + j, mix, bytes);  // norm2 reads it next
+      if (norm != nullptr) {
+        rmsnorm_forward(mix, d, y, d, &rstd[t], 1, d);
+        store_for_later(y, d, norm + j);
+        // Read next, by the qkv product: through the caches.
+        round_rows(y, d, norm_rounded == nullptr ? nullptr : norm_rounded + j);
+      }
     }
-    if (x0 != nullptr) {
-      weighted_sum(len, l0, x_in + j0, l1, x0 + j0, x_mix + j0);
-    } else {
-      std::memcpy(x_mix + j0, x_in + j0, bytes);
-    }
-    if (x_res != nullptr) std::memcpy(x_res + j0, x_mix + j0, bytes);
-    if (norm != nullptr)
-      rmsnorm_forward(&x_mix[t0 * d], d, &norm[t0 * d], d, &rstd[t0], t1 - t0, d);
-    round_rows(norm, norm_rounded, j0, len);
+    streamed_stores_fence();
   });
 }
 
@@ -312,7 +339,7 @@ void rmsnorm_rows_forward(const char* name, int64_t T, int64_t d, const Real* x,
   for_row_blocks(name, T, per_row, [&](int64_t, int64_t t0, int64_t t1) {
     rmsnorm_forward(x + t0 * d, d, &y[t0 * d], d, &rstd[t0], t1 - t0, d);
     if (copy != nullptr) std::memcpy(&copy[t0 * d], &x[t0 * d], (t1 - t0) * d * sizeof(Real));
-    round_rows(y, y_rounded, t0 * d, (t1 - t0) * d);
+    round_rows(y + t0 * d, (t1 - t0) * d, y_rounded == nullptr ? nullptr : y_rounded + t0 * d);
   });
 }
 
