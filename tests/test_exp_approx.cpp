@@ -9,6 +9,11 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/exp_approx_avx512.hpp"
+#include "runtime/cpu_info.hpp"
+
+NANOGPT_ALLOW_AVX512_INTRINSICS
+
 namespace nanogpt {
 namespace {
 
@@ -30,6 +35,11 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void exp_ro
                                                                                   float* y,
                                                                                   int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = exp_approx(x[i]);
+}
+
+NANOGPT_TARGET_AVX512 void exp_rows_avx512(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16)
+    _mm512_storeu_ps(y + i, exp_approx_avx512(_mm512_loadu_ps(x + i)));
 }
 
 // |got − e^x| in units of the last place of e^x rounded to float, with e^x in double.
@@ -72,6 +82,39 @@ TEST(ExpApprox, WithinTwoUlpOnItsRange) {
   std::printf(
       "exp_approx over %zu inputs: worst %.3g ulp (ISA loop, at x = %.9g), %.3g ulp (plain)\n",
       xs.size(), worst_row, worst_x, worst_plain);
+}
+
+// The AVX-512 form against the loop's AVX-512 clone, bit for bit, on the range's sample, its
+// edges and the special values: the kernels that use it keep the bits they had.
+TEST(ExpApprox, Avx512FormMatchesTheClonedLoopBitForBit) {
+  if (!cpu_info().avx512f) GTEST_SKIP() << "no AVX-512F";
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           88.0f,
+                           -87.0f,
+                           inf,
+                           -inf,
+                           std::nextafter(88.0f, inf),
+                           std::nextafter(-87.0f, -inf),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           1e30f,
+                           -1e30f};
+  for (uint32_t u = 0; u <= bits_of(100.0f); u += 997) {
+    xs.push_back(from_bits(u));
+    xs.push_back(-from_bits(u));
+  }
+  while (xs.size() % 16 != 0) xs.push_back(1.0f);
+  std::vector<float> want(xs.size()), got(xs.size());
+  exp_row(xs.data(), want.data(), static_cast<int64_t>(xs.size()));
+  exp_rows_avx512(xs.data(), got.data(), static_cast<int64_t>(xs.size()));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << "x = " << xs[i];
+      continue;
+    }
+    ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "x = " << xs[i];
+  }
 }
 
 TEST(ExpApprox, Edges) {

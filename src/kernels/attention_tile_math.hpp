@@ -33,6 +33,16 @@ void scale_rows(float* o, int64_t rows, int64_t n, const float* alpha);
 void probs_and_grads_tile(float* s, float* dp, int64_t nq, const int32_t* lo, const int32_t* hi,
                           float scale, const float* lse, const float* delta);
 
+// The two above as loops compiled once per ISA (target_clones), which CPUs without AVX-512 run;
+// with it, intrinsics with the same bits (attention_tile_math.cpp) run instead, and the tests
+// compare the two.
+void online_softmax_tile_portable(float* s, int64_t nk, int64_t nq, const int32_t* lo,
+                                  const int32_t* hi, bool full, float scale, float* m, float* l,
+                                  float* alpha);
+void probs_and_grads_tile_portable(float* s, float* dp, int64_t nq, const int32_t* lo,
+                                   const int32_t* hi, float scale, const float* lse,
+                                   const float* delta);
+
 // dst = src rounded to bf16 exactly as the packers round (kernels/bf16.hpp: nearest even,
 // denormals flushed to a zero of their sign), as fp32. In bf16, dP is computed from dO as the
 // packers round it, and Delta must be the same dO's product for each row of dS to sum to zero
