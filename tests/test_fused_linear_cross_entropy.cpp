@@ -13,7 +13,11 @@
 
 #include "kernels/bf16.hpp"
 #include "kernels/fp8.hpp"
+#include "kernels/loss_rows_avx512.hpp"
+#include "kernels/loss_rows_avx512.hpp"
 #include "kernels/matmul.hpp"
+#include "runtime/cpu_info.hpp"
+#include "runtime/cpu_info.hpp"
 #include "runtime/error.hpp"
 #include "runtime/thread_pool.hpp"
 #include "runtime/workspace.hpp"
@@ -404,6 +408,52 @@ TEST(FusedLinearCrossEntropy, UnitWeightsAreThePlainLossBitwise) {
       }
     }
     EXPECT_NEAR(c.forward_total, a.forward_total - a.per_token[3], 1e-3);
+  }
+}
+
+// The AVX-512 row loops (kernels/loss_rows_avx512.hpp) against the loops compiled per ISA, bit
+// for bit in every output: capped and plain, tempered and weighted, bf16 and fp32 gradients, a
+// vocabulary that ends inside a vector, targets at both ends. (FP8 gradients keep the cloned
+// loop.)
+TEST(FusedLinearCrossEntropy, Avx512RowLoopsGiveTheClonedLoopsBits) {
+  if (!cpu_info().avx512f || !cpu_info().avx512bw || !cpu_info().avx512vl) {
+    GTEST_SKIP() << "no AVX-512BW/VL: the cloned loops are what runs";
+  }
+  const int64_t T = 45;
+  const Problem pr = make_problem(T, 32, 1003, 20.0f, 23);
+  std::vector<float> weights(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    weights[static_cast<size_t>(t)] = 0.25f * static_cast<float>(t % 7) - 0.5f;
+  for (Precision precision : {Precision::kBf16, Precision::kFp32}) {
+    for (float softcap : {30.0f, 0.0f}) {
+      for (float temperature : {1.0f, 0.7f}) {
+        FusedLossParams p = pr.params();
+        p.precision = precision;
+        p.softcap = softcap;
+        p.temperature = temperature;
+        p.row_weights = temperature == 1.0f ? nullptr : weights.data();
+        p.row_block = 16;
+        const bool previous = set_loss_rows_avx512(false);
+        const Outputs cloned = run_fused(pr, p, 0.1, 9);
+        set_loss_rows_avx512(true);
+        const Outputs avx512 = run_fused(pr, p, 0.1, 9);
+        set_loss_rows_avx512(previous);
+        const std::string label = std::string(precision == Precision::kBf16 ? "bf16" : "fp32") +
+                                  " softcap " + std::to_string(softcap) + " temperature " +
+                                  std::to_string(temperature);
+        EXPECT_EQ(cloned.forward_total, avx512.forward_total) << label;
+        EXPECT_EQ(cloned.backward_total, avx512.backward_total) << label;
+        EXPECT_EQ(0, std::memcmp(cloned.per_token.data(), avx512.per_token.data(),
+                                 cloned.per_token.size() * sizeof(float)))
+            << label;
+        EXPECT_EQ(0,
+                  std::memcmp(cloned.dx.data(), avx512.dx.data(), cloned.dx.size() * sizeof(float)))
+            << label;
+        EXPECT_EQ(0,
+                  std::memcmp(cloned.dW.data(), avx512.dW.data(), cloned.dW.size() * sizeof(float)))
+            << label;
+      }
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/exp_approx.hpp"
 #include "kernels/fp8.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/loss_rows_avx512.hpp"
 #include "kernels/target.hpp"
 #include "runtime/aligned_memory.hpp"
 #include "runtime/error.hpp"
@@ -53,6 +54,7 @@ struct Config {
   float softcap, inv_divisor;
   float inv_temperature;  // 1/τ; without the cap the rows are scaled by it
   bool fp8;
+  bool avx512_rows;  // the row loops of kernels/loss_rows_avx512.hpp (not with FP8's gradient)
   float x_scale, w_scale, grad_scale;
   float loss_scale;
   const float* row_weights;  // [T] or null (all 1)
@@ -143,6 +145,7 @@ Config resolve(const FusedLossParams& p, bool need_targets) {
   // Multiplying by the reciprocal is what torch does for `logits / python_float`.
   c.inv_divisor = 1.0f / divisor;
   c.fp8 = p.fp8;
+  c.avx512_rows = loss_rows_avx512();
   c.x_scale = p.x_scale > 0.0f ? p.x_scale
                                : static_cast<float>(std::sqrt(static_cast<double>(p.d)) / 448.0);
   c.w_scale = p.w_scale;
@@ -382,7 +385,11 @@ RowLoss row_loss(float* v, int64_t t, int64_t target, const Config& c, KeptRow k
     for (int64_t j = 0; j < n; ++j) v[j] *= c.inv_temperature;
   }
   if (c.capped) {
-    exp_neg_scaled_row(v, n, c.inv_divisor);
+    if (c.avx512_rows) {
+      exp_neg_scaled_row_avx512(v, n, c.inv_divisor);
+    } else {
+      exp_neg_scaled_row(v, n, c.inv_divisor);
+    }
     // y = softcap/(1+e) falls as e rises, and rounding keeps that order: the largest y is the
     // smallest e's. (A NaN is skipped here but reaches the sum, so the loss is NaN.)
     m = logit_of<true>(min_row(v, n), c.softcap);
@@ -393,7 +400,10 @@ RowLoss row_loss(float* v, int64_t t, int64_t target, const Config& c, KeptRow k
   double s = 0.0;
   for (int64_t j0 = 0; j0 < n; j0 += kSumSegment) {
     const KeptRow part = keep.q == nullptr ? keep : KeptRow{keep.q + j0, keep.dydz + j0};
-    s += sum_exp_row(v + j0, std::min(kSumSegment, n - j0), m, c.capped, c.softcap, slope, part);
+    const int64_t len = std::min(kSumSegment, n - j0);
+    s += c.avx512_rows
+             ? sum_exp_row_avx512(v + j0, len, m, c.capped, c.softcap, slope, part.q, part.dydz)
+             : sum_exp_row(v + j0, len, m, c.capped, c.softcap, slope, part);
   }
   const float y_target =
       c.capped ? logit_of<true>(v[target], c.softcap) : logit_of<false>(v[target], c.softcap);
@@ -570,7 +580,10 @@ class FusedHead {
       const RowLoss r = row_loss(row, r0 + b, target, c_, kept);
       loss_[static_cast<size_t>(b)] = r.loss;
       if (!grads) return;
-      if (grad16_ != nullptr) {
+      if (grad16_ != nullptr && c_.avx512_rows && !c_.fp8) {
+        grad_row_bf16_avx512(kept.q, c_.capped ? kept.dydz : nullptr, r.grad.uncapped_slope,
+                             r.grad.inv_s, r.grad.weight, target, c_.V, grad16_ + b * c_.ld);
+      } else if (grad16_ != nullptr) {
         grad_row(kept, grad16_ + b * c_.ld, c_.V, target, r.grad);
       } else {
         grad_row(kept, grad32_ + b * c_.ld, c_.V, target, r.grad);
