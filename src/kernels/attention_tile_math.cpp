@@ -162,8 +162,7 @@ NANOGPT_TARGET_AVX512 void probs_and_grads_tile_avx512(float* s, float* dp, int6
 NANOGPT_TARGET_AVX512 void round_row_to_bf16_avx512(const float* src, int64_t n, float* dst) {
   const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t e = 0; e < n; e += 16) {
-    const __mmask16 m =
-        n - e >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - e)) - 1);
+    const __mmask16 m = first_lanes(n - e);
     const __m512i hi = bf16_round_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + e)));
     _mm512_mask_storeu_ps(dst + e, m, _mm512_castsi512_ps(_mm512_and_si512(hi, high_half)));
   }

@@ -16,18 +16,13 @@ namespace {
 
 std::atomic<bool> use_avx512_rows{true};
 
-// The lanes [j, j + 16) of a row of n that exist.
-NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE __mmask16 lanes_from(int64_t j, int64_t n) {
-  return n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
-}
-
 }  // namespace
 
 NANOGPT_TARGET_AVX512BW void exp_neg_scaled_row_avx512(float* v, int64_t n, float inv_divisor) {
   const __m512 s = _mm512_set1_ps(inv_divisor);
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 in = lanes_from(j, n);
+    const __mmask16 in = first_lanes(n - j);
     const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, v + j), s);
     const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), sign));
     _mm512_mask_storeu_ps(v + j, in, exp_approx_avx512(neg));
@@ -41,7 +36,7 @@ NANOGPT_TARGET_AVX512BW float sum_exp_row_avx512(const float* v, int64_t n, floa
   const __m512 vslope = _mm512_set1_ps(slope);
   __m512 lanes = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 in = lanes_from(j, n);
+    const __mmask16 in = first_lanes(n - j);
     const __m512 e = _mm512_maskz_loadu_ps(in, v + j);
     __m512 y = e, sigma = one;
     if (capped) {
@@ -75,7 +70,7 @@ NANOGPT_TARGET_AVX512BW void grad_row_bf16_avx512(const float* q, const float* d
   const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 in = lanes_from(j, n);
+    const __mmask16 in = first_lanes(n - j);
     const __m512 slope =
         dydz != nullptr ? _mm512_maskz_loadu_ps(in, dydz + j) : _mm512_set1_ps(uncapped_slope);
     const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, q + j), vinv_s);

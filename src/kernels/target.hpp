@@ -6,6 +6,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "runtime/spin_pause.hpp"  // spin_pause(), for the kernels' spin-waits
 
 // A function compiled for the named ISA extensions; call it only where cpu_info() has them.
@@ -15,6 +17,15 @@
 #define NANOGPT_TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define NANOGPT_TARGET_AMX_TILE __attribute__((target("amx-tile")))
 #define NANOGPT_TARGET_AMX __attribute__((target("amx-tile,amx-bf16")))
+namespace nanogpt {
+// The mask of the first n of a vector's 16 lanes (all for n ≥ 16, none for n ≤ 0): the part of
+// a loop's last vector inside its row. Integer arithmetic, usable from any target.
+constexpr __mmask16 first_lanes(int64_t n) {
+  return n >= 16  ? static_cast<__mmask16>(0xFFFF)
+         : n <= 0 ? static_cast<__mmask16>(0)
+                  : static_cast<__mmask16>((1u << n) - 1);
+}
+}  // namespace nanogpt
 // Helpers of such functions, inlined into them (a target helper that is not inlined costs a
 // call per vector).
 #define NANOGPT_ALWAYS_INLINE __attribute__((always_inline)) inline

@@ -136,7 +136,7 @@ NANOGPT_TARGET_AVX512BW NANOGPT_ALWAYS_INLINE void finish_avx512(
         _mm_prefetch(reinterpret_cast<const char*>(below + j), _MM_HINT_T0);
     }
     for (int64_t j = 0; j < cols; j += 16) {
-      const __mmask16 m = cols - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (cols - j)) - 1);
+      const __mmask16 m = first_lanes(cols - j);
       __m512 v = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, a + j));
       if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, o + j), v);
       if (add != nullptr) v = _mm512_fmadd_ps(add_scale, _mm512_maskz_loadu_ps(m, add + j), v);

@@ -25,10 +25,7 @@ NANOGPT_TARGET_AVX512 NANOGPT_ALWAYS_INLINE void finish_from_registers(const __m
   const int64_t ldc = f.ldc, rows = f.rows, cols = f.cols;
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   const __m512 add_scale = _mm512_set1_ps(f.addend_scale);
-  const __mmask16 m0 = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
-  const __mmask16 m1 = cols >= 32  ? 0xFFFF
-                       : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
-                                   : 0;
+  const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16);
 #pragma GCC unroll 16
   for (int r = 0; r < kMR; ++r) {
     if (r >= rows) break;

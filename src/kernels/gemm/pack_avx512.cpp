@@ -51,10 +51,7 @@ NANOGPT_AVX512BF16 __m512i load_pair_rows(const bf16* lo, const bf16* hi, __mmas
 
 // 32 consecutive values (n of them valid) as 16 pairs, in order.
 NANOGPT_AVX512BF16 __m512i load_pairs(const float* p, int64_t n) {
-  const __mmask16 m0 = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
-  const __mmask16 m1 = n >= 32   ? 0xFFFF
-                       : n <= 16 ? 0
-                                 : static_cast<__mmask16>((1u << (n - 16)) - 1);
+  const __mmask16 m0 = first_lanes(n), m1 = first_lanes(n - 16);
   // Words 0..15 from the first 16 values, 16..31 from the next: already in order.
   return reinterpret_cast<__m512i>(
       _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, p + 16), _mm512_maskz_loadu_ps(m0, p)));
@@ -105,7 +102,7 @@ NANOGPT_AVX512BF16 bool load_block(const T* src, int64_t ld, Trans trans, int64_
     }
     return false;
   }
-  const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
+  const __mmask16 m = first_lanes(rows);
   for (int kk = 0; kk < 16; ++kk) {
     const int64_t k = k0 + 2 * kk;
     // Rows past k_valid read nothing (a zero mask); k itself may be the last valid one.
@@ -244,12 +241,6 @@ NANOGPT_AVX512BF16 void panels_of_line(__m512 r0, __m512 r1, __m512 r2, __m512 r
   out[1] = _mm512_shuffle_i64x2(low, high, 0xEE);
 }
 
-NANOGPT_AVX512BW __mmask16 first_lanes(int64_t n) {
-  return n >= 16  ? static_cast<__mmask16>(0xFFFF)
-         : n <= 0 ? static_cast<__mmask16>(0)
-                  : static_cast<__mmask16>((1u << n) - 1);
-}
-
 // Rows [0, rows) of a line of Y at one k (the rest zero); nullptr: past k_valid, all zero.
 NANOGPT_AVX512BF16 __m512i line_row(const bf16* p, int64_t rows) {
   if (p == nullptr || rows <= 0) return _mm512_setzero_si512();
@@ -317,7 +308,7 @@ NANOGPT_TARGET_AVX512BF16 void vnni_panel(const void* src_v, int64_t ld, Trans t
     const int64_t pairs = (kp - k0) / 2 < 16 ? (kp - k0) / 2 : 16;
     for (int64_t i0 = 0; i0 < kP; i0 += 16) {
       const int64_t width = kP - i0 < 16 ? kP - i0 : 16;
-      const __mmask16 m = static_cast<__mmask16>((1u << width) - 1);
+      const __mmask16 m = first_lanes(width);
       __m512i v[16];
       if (!load_block(src, ld, trans, i0, clamp16(valid - i0), k0, k_valid, v)) transpose16(v);
       for (int64_t kk = 0; kk < pairs; ++kk) {
