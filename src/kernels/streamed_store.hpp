@@ -18,7 +18,7 @@ namespace nanogpt {
 void copy_streamed(const float* x, int64_t n, float* out);
 
 // out[i] = to_bf16(x[i]), as round_to_bf16. qk_norm.rotary.v_mix.bwd's dqkv, 12.5 MB per call
-// on the cpu preset: 151.0 → 143.2 ms per 4 steps, faster in 8 of 8 pairs (Zen 5,
+// on the cpu preset: 151.9 → 143.2 ms per 4 steps (medians), faster in 8 of 8 pairs (Zen 5,
 // bench/README.md, 2026-12-06).
 void round_to_bf16_streamed(const float* x, int64_t n, bf16* out);
 
