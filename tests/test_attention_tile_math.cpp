@@ -1,9 +1,11 @@
 // The attention's per-tile softmax loops: the AVX-512 forms (intrinsics, what CPUs with AVX-512
-// run) against the loops compiled per ISA (what the others run), bit for bit, on random scores
+// run) against the loops compiled per ISA (what the others run), bit for bit in optimised
+// builds (same_value, below), on random scores
 // with full and partial visibility, rows that see nothing, a first and a later visit of a
 // query's running max, partial tiles, and garbage (NaN, inf) in the hidden part of dP.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +24,23 @@ uint32_t bits_of(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+}
+
+#ifdef __OPTIMIZE__
+constexpr bool kOptimised = true;
+#else
+constexpr bool kOptimised = false;
+#endif
+
+// got against want: the same bits where the compiler optimises (it then fuses the cloned loops'
+// multiply-adds as the AVX-512 forms spell them, kernels/exp_approx_avx512.hpp); unoptimised, the
+// clones fuse nothing, and the two may differ by a few ulp of the exponential and its sums.
+::testing::AssertionResult same_value(float got, float want) {
+  if (bits_of(got) == bits_of(want)) return ::testing::AssertionSuccess();
+  if (!kOptimised && std::abs(got - want) <= 4e-6f * std::max(std::abs(got), std::abs(want))) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << got << " against " << want;
 }
 
 // Each query's visible keys within nk: all, none, or a random range.
@@ -64,11 +83,11 @@ TEST(AttentionTileMath, OnlineSoftmaxAvx512MatchesTheClonedLoops) {
                      std::to_string(full) + ", first " + std::to_string(first_visit) + ", query " +
                      std::to_string(q);
             };
-            ASSERT_EQ(bits_of(m[1][q]), bits_of(m[0][q])) << where();
-            ASSERT_EQ(bits_of(l[1][q]), bits_of(l[0][q])) << where();
-            ASSERT_EQ(bits_of(alpha[1][q]), bits_of(alpha[0][q])) << where();
+            ASSERT_EQ(bits_of(m[1][q]), bits_of(m[0][q])) << where();  // a max: exact
+            ASSERT_TRUE(same_value(l[1][q], l[0][q])) << where();
+            ASSERT_TRUE(same_value(alpha[1][q], alpha[0][q])) << where();
             for (int64_t j = 0; j < nk; ++j) {
-              ASSERT_EQ(bits_of(s[j * kBq + q]), bits_of(s_portable[j * kBq + q]))
+              ASSERT_TRUE(same_value(s[j * kBq + q], s_portable[j * kBq + q]))
                   << where() << ", key " << j;
             }
           }
@@ -107,10 +126,8 @@ TEST(AttentionTileMath, ProbsAndGradsAvx512MatchesTheClonedLoops) {
     for (int64_t i = 0; i < nq; ++i) {
       for (int64_t j = 0; j < kBk; ++j) {
         const size_t at = static_cast<size_t>(i * kBk + j);
-        ASSERT_EQ(bits_of(s[at]), bits_of(s_portable[at]))
-            << "nq " << nq << " at " << i << ", " << j;
-        ASSERT_EQ(bits_of(dp[at]), bits_of(dp_portable[at]))
-            << "nq " << nq << " at " << i << ", " << j;
+        ASSERT_TRUE(same_value(s[at], s_portable[at])) << "nq " << nq << " at " << i << ", " << j;
+        ASSERT_TRUE(same_value(dp[at], dp_portable[at])) << "nq " << nq << " at " << i << ", " << j;
         if (j < lo[i] || j >= hi[i]) {
           ASSERT_EQ(bits_of(dp[at]), 0u) << "hidden dS at " << i << ", " << j;
         }

@@ -37,6 +37,12 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void exp_ro
   for (int64_t i = 0; i < n; ++i) y[i] = exp_approx(x[i]);
 }
 
+#ifdef __OPTIMIZE__
+constexpr bool kOptimised = true;
+#else
+constexpr bool kOptimised = false;
+#endif
+
 NANOGPT_TARGET_AVX512 void exp_rows_avx512(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16)
     _mm512_storeu_ps(y + i, exp_approx_avx512(_mm512_loadu_ps(x + i)));
@@ -84,8 +90,10 @@ TEST(ExpApprox, WithinTwoUlpOnItsRange) {
       xs.size(), worst_row, worst_x, worst_plain);
 }
 
-// The AVX-512 form against the loop's AVX-512 clone, bit for bit, on the range's sample, its
-// edges and the special values: the kernels that use it keep the bits they had.
+// The AVX-512 form against the loop's AVX-512 clone on the range's sample, its edges and the
+// special values: bit for bit where the compiler optimises (it then fuses the clone's
+// multiply-adds as the form spells them), so the kernels that use it keep the bits they had;
+// unoptimised (the sanitizer build), the clone fuses nothing and both are held to 2 ulp.
 TEST(ExpApprox, Avx512FormMatchesTheClonedLoopBitForBit) {
   if (!cpu_info().avx512f) GTEST_SKIP() << "no AVX-512F";
   const float inf = std::numeric_limits<float>::infinity();
@@ -113,7 +121,13 @@ TEST(ExpApprox, Avx512FormMatchesTheClonedLoopBitForBit) {
       EXPECT_TRUE(std::isnan(got[i])) << "x = " << xs[i];
       continue;
     }
-    ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "x = " << xs[i];
+    if (kOptimised) {
+      ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "x = " << xs[i];
+    } else if (xs[i] >= -87.0f && xs[i] <= 88.0f) {
+      ASSERT_LE(ulp_error(got[i], xs[i]), 2.0) << "x = " << xs[i];
+    } else {
+      ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "x = " << xs[i];  // the edges' constants
+    }
   }
 }
 
