@@ -1,6 +1,6 @@
 // The attention's per-tile softmax loops: the AVX-512 forms (intrinsics, what CPUs with AVX-512
-// run) against the loops compiled per ISA (what the others run), bit for bit in optimised
-// builds (same_value, below), on random scores
+// run) against the loops compiled per ISA (what the others run), bit for bit in builds that
+// fuse multiply-adds (same_value, below), on random scores
 // with full and partial visibility, rows that see nothing, a first and a later visit of a
 // query's running max, partial tiles, and garbage (NaN, inf) in the hidden part of dP.
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include "kernels/attention_mask.hpp"
 #include "kernels/attention_tile_math.hpp"
 #include "runtime/cpu_info.hpp"
+#include "support/fused_multiply_add.hpp"
 
 namespace nanogpt {
 namespace {
@@ -26,18 +27,13 @@ uint32_t bits_of(float f) {
   return u;
 }
 
-#ifdef __OPTIMIZE__
-constexpr bool kOptimised = true;
-#else
-constexpr bool kOptimised = false;
-#endif
-
-// got against want: the same bits where the compiler optimises (it then fuses the cloned loops'
-// multiply-adds as the AVX-512 forms spell them, kernels/exp_approx_avx512.hpp); unoptimised, the
-// clones fuse nothing, and the two may differ by a few ulp of the exponential and its sums.
+// got against want: the same bits where the build fuses multiply-adds (the cloned loops' are then
+// fused as the AVX-512 forms spell them, kernels/exp_approx_avx512.hpp); elsewhere (-O1, the
+// sanitizer build) the clones fuse nothing, and the two may differ by a few ulp.
 ::testing::AssertionResult same_value(float got, float want) {
   if (bits_of(got) == bits_of(want)) return ::testing::AssertionSuccess();
-  if (!kOptimised && std::abs(got - want) <= 4e-6f * std::max(std::abs(got), std::abs(want))) {
+  if (!test::build_fuses_multiply_add() &&
+      std::abs(got - want) <= 4e-6f * std::max(std::abs(got), std::abs(want))) {
     return ::testing::AssertionSuccess();
   }
   return ::testing::AssertionFailure() << got << " against " << want;
