@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -16,16 +15,13 @@
 #include "kernels/attention_mask.hpp"
 #include "kernels/attention_tile_math.hpp"
 #include "runtime/cpu_info.hpp"
+#include "support/float_bits.hpp"
 #include "support/fused_multiply_add.hpp"
 
 namespace nanogpt {
 namespace {
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+using test::bits_of;
 
 // got against want: the same bits where the build fuses multiply-adds (the cloned loops' are then
 // fused as the AVX-512 forms spell them, kernels/exp_approx_avx512.hpp); elsewhere (-O1, the

@@ -21,17 +21,14 @@
 #include "kernels/streamed_store.hpp"
 #include "kernels/target.hpp"
 #include "runtime/cpu_info.hpp"
+#include "support/float_bits.hpp"
 
 NANOGPT_ALLOW_AVX512_INTRINSICS
 
 namespace nanogpt {
 namespace {
 
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+using test::from_bits;
 
 // The bf16 nearest to the fp32 with bits u, by comparing distances to the two candidates; a
 // denormal is flushed to a zero of its sign first (as VCVTNE2PS2BF16 does).

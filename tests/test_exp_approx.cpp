@@ -1,3 +1,4 @@
+
 #include "kernels/exp_approx.hpp"
 
 #include <gtest/gtest.h>
@@ -5,12 +6,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "kernels/exp_approx_avx512.hpp"
 #include "runtime/cpu_info.hpp"
+#include "support/float_bits.hpp"
 #include "support/fused_multiply_add.hpp"
 
 NANOGPT_ALLOW_AVX512_INTRINSICS
@@ -18,17 +19,8 @@ NANOGPT_ALLOW_AVX512_INTRINSICS
 namespace nanogpt {
 namespace {
 
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+using test::bits_of;
+using test::from_bits;
 
 // The kernels call exp_approx from loops compiled once per ISA (with FMA contraction where the
 // ISA has FMA): evaluate it the same way, and also in plain code.

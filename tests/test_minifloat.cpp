@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/float_bits.hpp"
+
 namespace nanogpt {
 namespace {
 
@@ -119,13 +121,11 @@ const Table& e2m1_table() {
   return t;
 }
 
-uint32_t bits(float x) {
-  return std::bit_cast<uint32_t>(x);
-}
+using test::bits_of;
 
 std::string hex_float(float x) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%a (0x%08x)", static_cast<double>(x), bits(x));
+  std::snprintf(buf, sizeof buf, "%a (0x%08x)", static_cast<double>(x), bits_of(x));
   return buf;
 }
 
@@ -240,7 +240,7 @@ std::vector<Segment> rounding_segments(const Table& t) {
     const double mid = (ladder[j].first + ladder[j + 1].first) / 2;
     const auto mid_float = static_cast<float>(mid);
     if (static_cast<double>(mid_float) != mid) throw std::logic_error("midpoint not a float");
-    const uint32_t m = bits(mid_float);
+    const uint32_t m = bits_of(mid_float);
     const uint8_t even = (ladder[j].second & 1u) == 0 ? ladder[j].second : ladder[j + 1].second;
     segments.push_back({start, m, ladder[j].second});
     segments.push_back({m, m + 1, even});
@@ -262,9 +262,9 @@ uint32_t count_mismatches(uint32_t begin, uint32_t end, uint8_t code, uint8_t co
   for (uint32_t u = first_visited(begin); u < end; u += kSweepStride) {
     const float x = std::bit_cast<float>(u);
     const float negative = std::bit_cast<float>(u | 0x80000000u);
-    bad +=
-        static_cast<uint32_t>((Encode(x) != code) | (Encode(negative) != code_negative) |
-                              (bits(Round(x)) != want) | (bits(Round(negative)) != want_negative));
+    bad += static_cast<uint32_t>((Encode(x) != code) | (Encode(negative) != code_negative) |
+                                 (bits_of(Round(x)) != want) |
+                                 (bits_of(Round(negative)) != want_negative));
   }
   return bad;
 }
@@ -279,7 +279,7 @@ std::vector<std::string> describe_mismatches(const Table& t, uint32_t begin, uin
       const float x = std::bit_cast<float>(u | sign);
       const auto want = static_cast<uint8_t>(sign != 0 ? code | t.sign_bit : code);
       const auto want_value = static_cast<float>(t.value[want]);
-      if (Encode(x) != want || bits(Round(x)) != bits(want_value)) {
+      if (Encode(x) != want || bits_of(Round(x)) != bits_of(want_value)) {
         out.push_back(hex_float(x) + ": encoded " + hex_code(Encode(x)) + " rounded " +
                       hex_float(Round(x)) + ", expected " + hex_code(want) + " " +
                       hex_float(want_value));
@@ -311,9 +311,9 @@ void exhaustive_sweep(const Table& t) {
         if (begin >= end) continue;
         const uint32_t first = first_visited(begin);
         if (first < end) local_checked += (end - 1 - first) / kSweepStride + 1;
-        const uint32_t want = bits(static_cast<float>(t.value[s.code]));
+        const uint32_t want = bits_of(static_cast<float>(t.value[s.code]));
         const auto negative = static_cast<uint8_t>(s.code | t.sign_bit);
-        const uint32_t want_negative = bits(static_cast<float>(t.value[negative]));
+        const uint32_t want_negative = bits_of(static_cast<float>(t.value[negative]));
         if (count_mismatches<Encode, Round>(begin, end, s.code, negative, want, want_negative) !=
             0) {
           auto found = describe_mismatches<Encode, Round>(t, begin, end, s.code);
@@ -384,7 +384,7 @@ void check_boundaries(const Table& t) {
     for (float x : {p, -p}) {
       const uint8_t want = expected_code(t, x);
       EXPECT_EQ(Encode(x), want) << hex_float(x);
-      EXPECT_EQ(bits(Round(x)), bits(static_cast<float>(t.value[want]))) << hex_float(x);
+      EXPECT_EQ(bits_of(Round(x)), bits_of(static_cast<float>(t.value[want]))) << hex_float(x);
     }
   }
 }
@@ -485,7 +485,7 @@ void check_bulk_against_scalar() {
       if (std::isnan(want)) {
         ASSERT_TRUE(std::isnan(got)) << hex_float(xi) << " * " << inv_scale;
       } else {
-        ASSERT_EQ(bits(got), bits(want)) << hex_float(xi) << " * " << inv_scale;
+        ASSERT_EQ(bits_of(got), bits_of(want)) << hex_float(xi) << " * " << inv_scale;
       }
     }
     for (size_t i = 0; i < offset; ++i) ASSERT_EQ(out[i], -1.0f) << "wrote before the output";
@@ -494,7 +494,8 @@ void check_bulk_against_scalar() {
     Quantize(in_place.data(), inv_scale, in_place.data(), n);
     for (size_t i = 0; i < n; ++i) {
       const float got = out[offset + i];
-      ASSERT_TRUE(bits(in_place[i]) == bits(got) || (std::isnan(in_place[i]) && std::isnan(got)));
+      ASSERT_TRUE(bits_of(in_place[i]) == bits_of(got) ||
+                  (std::isnan(in_place[i]) && std::isnan(got)));
     }
   }
   EXPECT_GT(compared, 10000u);

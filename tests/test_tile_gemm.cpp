@@ -17,6 +17,7 @@
 
 #include "kernels/bf16.hpp"
 #include "kernels/gemm/tile_gemm.hpp"
+#include "support/float_bits.hpp"
 #include "support/kernels.hpp"
 
 namespace nanogpt {
@@ -100,10 +101,7 @@ TEST(TileGemm, PartialTilesReadOnlyWhatThePackersWrote) {
   }
 }
 
-// Bits of a float, so that a comparison tells a NaN left in place from a value.
-uint32_t bits_of(float x) {
-  return std::bit_cast<uint32_t>(x);
-}
+using test::bits_of;
 
 // A product told where the causal rule hides part of the tile (CausalSkip) gives every output a
 // visible pair needs the bits the whole product gives: the score products at each visible
