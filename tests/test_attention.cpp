@@ -512,6 +512,50 @@ TEST(Attention, Bf16DeltaUsesThePackersRounding) {
   std::printf("bf16 with denormal dO: %s\n", e.str().c_str());
 }
 
+// q, k and v given stored in bf16 alone (AttentionParams::q_bf16, fp32 q, k, v null: how bf16
+// training stores them) give every output the bits that q, k, v in fp32 give with bf16
+// products: the packers pack the same operands. Every bf16 kernel, every fourth awkward case
+// and grouped-query heads.
+TEST(Attention, Bf16StoredOperandsGiveTheBitsOfTheirFp32Originals) {
+  const std::vector<Case> all = awkward_cases();
+  std::vector<std::pair<Case, int64_t>> cases;  // with H_kv (0: H)
+  for (size_t i = 0; i < all.size(); i += 4) cases.emplace_back(all[i], 0);
+  cases.emplace_back(Case{129, 4, 36, 2, Docs::kManyShort}, 2);
+  for (const MicroKernel& kernel : bf16_microkernels_under_test()) {
+    uint32_t seed = 700;
+    for (const auto& [c, h_kv] : cases) {
+      std::mt19937 rng(seed);
+      Problem pr(c.T, c.H, c.D, c.W, make_docs(c.docs, c.T, rng), seed++, 128, h_kv);
+      pr.params.precision = Precision::kBf16;
+      std::string stray;
+      const Outputs want = run_kernels(pr, &kernel, &stray);
+      std::vector<bf16> rounded(pr.qkv.size());
+      for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = to_bf16(pr.qkv[i]);
+      Problem stored(pr);
+      stored.params.q_bf16 = rounded.data();
+      stored.params.k_bf16 = rounded.data() + pr.H * pr.D;
+      stored.params.v_bf16 = rounded.data() + (pr.H + pr.H_kv) * pr.D;
+      stored.params.q = stored.params.k = stored.params.v = nullptr;
+      const Outputs got = run_kernels(stored, &kernel, &stray);
+      EXPECT_TRUE(stray.empty()) << stray << " " << kernel.isa << " " << describe(c);
+      const std::string who =
+          std::string(kernel.isa) + " H_kv=" + std::to_string(pr.H_kv) + " " + describe(c);
+      const std::vector<float>* pairs[5][2] = {{&got.out, &want.out},
+                                               {&got.lse, &want.lse},
+                                               {&got.g.dq, &want.g.dq},
+                                               {&got.g.dk, &want.g.dk},
+                                               {&got.g.dv, &want.g.dv}};
+      for (int o = 0; o < 5; ++o) {
+        ASSERT_EQ(pairs[o][0]->size(), pairs[o][1]->size());
+        EXPECT_EQ(std::memcmp(pairs[o][0]->data(), pairs[o][1]->data(),
+                              pairs[o][0]->size() * sizeof(float)),
+                  0)
+            << kOutputNames[o] << " " << who;
+      }
+    }
+  }
+}
+
 TEST(Attention, RejectsKernelThatCannotTakeThePrecision) {
   // AMX multiplies bf16 only: asked for fp32 it must refuse, not round silently.
   for (const MicroKernel& k : bf16_microkernels_under_test()) {
@@ -860,6 +904,22 @@ TEST(Attention, RejectsBadParams) {
                InputError);
   EXPECT_THROW(attention_backward_reference(p, pr.dout.data(), dq.data(), dk.data(), dv.data()),
                InputError);
+  // q, k, v stored in bf16: all three or none, and only for bf16 products; with them given,
+  // q, k, v may be null, but not with none.
+  std::vector<bf16> rounded(pr.qkv.size());
+  p = pr.params;
+  p.precision = Precision::kBf16;
+  p.q_bf16 = rounded.data();
+  EXPECT_THROW(attention_forward(p, out.data(), lse.data()), InputError);
+  p.k_bf16 = rounded.data() + 16;
+  p.v_bf16 = rounded.data() + 32;
+  p.q = p.k = p.v = nullptr;
+  EXPECT_NO_THROW(attention_forward(p, out.data(), lse.data()));
+  p.precision = Precision::kFp32;
+  EXPECT_THROW(attention_forward(p, out.data(), lse.data()), InputError);
+  p = pr.params;
+  p.v = nullptr;
+  EXPECT_THROW(attention_forward(p, out.data(), lse.data()), InputError);
 }
 
 TEST(Attention, GroupedQueryMatchesReference) {

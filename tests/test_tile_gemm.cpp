@@ -17,6 +17,7 @@
 
 #include "kernels/bf16.hpp"
 #include "kernels/gemm/tile_gemm.hpp"
+#include "runtime/error.hpp"
 #include "support/float_bits.hpp"
 #include "support/kernels.hpp"
 
@@ -197,6 +198,53 @@ TEST(TileGemm, CausalSkipKeepsWhatVisiblePairsNeed) {
 // store() writes alpha·acc exactly (the product is rounded once, as alpha·acc in C++), whether
 // it streams (a destination whose rows start on cache lines, on a kernel with non-temporal
 // stores) or not (one float past that), and touches nothing outside the rows and columns given.
+// Operands already stored in bf16 (attention's q, k, v and dO in bf16 training) pack into the
+// bytes their fp32 originals pack into: every block, both source orders (the across-panels A
+// packer included), partial rows and k, strided sources, on every bf16 kernel. The buffers start
+// as the same garbage, so a packer writing more or less than the other also differs.
+TEST(TileGemm, Bf16OperandsPackAsTheirFp32OriginalsDo) {
+  constexpr int64_t D = 48, ld = 2 * kTile + 3;
+  const Block blocks[] = {Block::kRowsByD, Block::kRowsByTile, Block::kTileByD, Block::kDByTile};
+  uint32_t seed = 11;
+  for (const MicroKernel& kernel : bf16_microkernels_under_test()) {
+    const TileGemm g(kernel, Precision::kBf16, kTile, D);
+    for (const Block b : blocks) {
+      const bool is_a = b == Block::kRowsByD || b == Block::kRowsByTile;
+      const int64_t rows_max = b == Block::kDByTile ? D : kTile;
+      const int64_t k_max = b == Block::kRowsByD || b == Block::kTileByD ? D : kTile;
+      for (const Trans trans : {Trans::kNo, Trans::kYes}) {
+        for (const auto& [valid, k_valid] : {std::pair<int64_t, int64_t>{rows_max, k_max},
+                                             {rows_max - 5, k_max - 3},
+                                             {1, 1},
+                                             {rows_max / 2 + 1, k_max}}) {
+          // Y[i][k] = src[i·ld + k], or src[k·ld + i] transposed; ld past either extent.
+          const std::vector<float> f = random_values(static_cast<size_t>(ld * ld), seed++);
+          std::vector<bf16> h(f.size());
+          for (size_t i = 0; i < f.size(); ++i) h[i] = to_bf16(f[i]);
+          std::vector<std::byte> from_f32 = nan_block(g, b), from_bf16 = nan_block(g, b);
+          if (is_a) {
+            g.pack_a(f.data(), ld, trans, valid, k_valid, b, from_f32.data());
+            g.pack_a(h.data(), ld, trans, valid, k_valid, b, from_bf16.data());
+          } else {
+            g.pack_b(f.data(), ld, trans, valid, k_valid, b, from_f32.data());
+            g.pack_b(h.data(), ld, trans, valid, k_valid, b, from_bf16.data());
+          }
+          ASSERT_EQ(std::memcmp(from_f32.data(), from_bf16.data(), from_f32.size()), 0)
+              << kernel.isa << " block " << static_cast<int>(b) << " trans "
+              << (trans == Trans::kYes) << " valid " << valid << " k_valid " << k_valid;
+        }
+      }
+    }
+  }
+}
+
+TEST(TileGemm, Bf16OperandsNeedBf16Products) {
+  const TileGemm g(available_microkernels().front(), Precision::kFp32, kTile, 16);
+  const std::vector<bf16> h(static_cast<size_t>(kTile * 16), to_bf16(0.5f));
+  std::vector<std::byte> out(static_cast<size_t>(g.bytes(Block::kRowsByD)));
+  EXPECT_THROW(g.pack_a(h.data(), 16, Trans::kNo, kTile, 16, Block::kRowsByD, out.data()), Error);
+}
+
 TEST(TileGemm, StoreWritesTheScaledAccumulatorAlignedOrNot) {
   const int64_t rows = 37, ld_acc = 80, ld = 96;
   const std::vector<float> acc = random_values(static_cast<size_t>(rows * ld_acc), 7);

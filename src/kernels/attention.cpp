@@ -23,7 +23,7 @@ const MicroKernel& kernel_for(Precision precision) {
 void attention_forward(const AttentionParams& p, float* out, float* lse) {
   // One query (decoding a token): packing the cache for a one-row tile product costs more than
   // the arithmetic (attention_decode.cpp).
-  if (p.T == 1) {
+  if (p.T == 1 && p.q != nullptr) {
     attention_forward_one_query(p, out, lse);
     return;
   }

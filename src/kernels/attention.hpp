@@ -50,6 +50,13 @@ struct AttentionParams {
   int64_t ld = 0;
   int64_t ld_q = 0;
   int64_t ld_kv = 0;
+  // With bf16 products, q, k and v may be given stored in bf16 (all three or none, in the
+  // layouts of q, k, v): the kernels' packers read these, half the bytes, and pack the same
+  // operands as from q, k, v (which they round), so q, k and v may then be null. The one-query
+  // path (decoding) and the references read q, k, v only.
+  const bf16* q_bf16 = nullptr;
+  const bf16* k_bf16 = nullptr;
+  const bf16* v_bf16 = nullptr;
   const int32_t* doc = nullptr;  // [T_kv], nondecreasing: the document of each position
   int64_t window_blocks = 1;     // W
   int64_t block_size = 128;      // the mask's block granularity

@@ -94,6 +94,7 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nt = ceil_div(T, kBk);
   const int64_t per_group = sh.per_group;
   const TileGemm g(kernel, p.precision, kBk, D);
+  const OperandRows q_rows{p.q, p.q_bf16}, k_rows{p.k, p.k_bf16}, v_rows{p.v, p.v_bf16};
   const int64_t dn = g.dn(), rows = g.rows();
   const std::vector<int64_t> fv = mask.first_visible_of_queries();
   std::vector<int64_t> per_qt, per_kt;
@@ -174,19 +175,18 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       const int64_t h = h0 + static_cast<int64_t>(task) / nt;
       const int64_t t = static_cast<int64_t>(task) % nt;
       const int64_t t0 = t * kBk, n = std::min(kBk, T - t0);
-      const float* q = p.q + t0 * sh.ld_q + h * D;
+      const int64_t q_at = t0 * sh.ld_q + h * D;
       const float* g_out = dout + t0 * hd + h * D;
-      g.pack_a(q, sh.ld_q, Trans::kNo, n, D, Block::kRowsByD, q_a.at(h, t));
+      q_rows.pack_a(g, q_at, sh.ld_q, Trans::kNo, n, D, Block::kRowsByD, q_a.at(h, t));
       g.pack_a(g_out, hd, Trans::kNo, n, D, Block::kRowsByD, dout_a.at(h, t));
-      g.pack_b(q, sh.ld_q, Trans::kYes, D, n, Block::kDByTile, q_b.at(h, t));
+      q_rows.pack_b(g, q_at, sh.ld_q, Trans::kYes, D, n, Block::kDByTile, q_b.at(h, t));
       g.pack_b(g_out, hd, Trans::kYes, D, n, Block::kDByTile, dout_b.at(h, t));
       if (h % per_group == 0) {
         const int64_t kv = sh.kv_head(h);
-        const float* k = p.k + t0 * sh.ld_kv + kv * D;
-        const float* v = p.v + t0 * sh.ld_kv + kv * D;
-        g.pack_b(k, sh.ld_kv, Trans::kNo, n, D, Block::kTileByD, k_b.at(kv, t));
-        g.pack_b(v, sh.ld_kv, Trans::kNo, n, D, Block::kTileByD, v_b.at(kv, t));
-        g.pack_b(k, sh.ld_kv, Trans::kYes, D, n, Block::kDByTile, kt_b.at(kv, t));
+        const int64_t kv_at = t0 * sh.ld_kv + kv * D;
+        k_rows.pack_b(g, kv_at, sh.ld_kv, Trans::kNo, n, D, Block::kTileByD, k_b.at(kv, t));
+        v_rows.pack_b(g, kv_at, sh.ld_kv, Trans::kNo, n, D, Block::kTileByD, v_b.at(kv, t));
+        k_rows.pack_b(g, kv_at, sh.ld_kv, Trans::kYes, D, n, Block::kDByTile, kt_b.at(kv, t));
       }
       float* rounded = rounded_dout[static_cast<size_t>(worker)].data();
       for (int64_t i = t0; i < t0 + n; ++i) {

@@ -37,6 +37,7 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
   const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nqt = ceil_div(T, kBq);
   const int64_t nkt = ceil_div(sh.T_kv, kBk);
   const TileGemm g(kernel, p.precision, kBk, D);
+  const OperandRows q_rows{p.q, p.q_bf16}, k_rows{p.k, p.k_bf16}, v_rows{p.v, p.v_bf16};
   const int64_t dn = g.dn(), rows = g.rows();
   const std::vector<int64_t> fv = mask.first_visible_of_queries();
   std::vector<int64_t> per_qt, per_kt;
@@ -64,8 +65,8 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
       const int64_t kt = first_kt + static_cast<int64_t>(task) % used_kt;
       const int64_t k0 = kt * kBk, nk = std::min(kBk, sh.T_kv - k0);
       const int64_t at = k0 * sh.ld_kv + kv * D;
-      g.pack_a(p.k + at, sh.ld_kv, Trans::kNo, nk, D, Block::kRowsByD, k_pack.at(kv, kt));
-      g.pack_b(p.v + at, sh.ld_kv, Trans::kYes, D, nk, Block::kDByTile, v_pack.at(kv, kt));
+      k_rows.pack_a(g, at, sh.ld_kv, Trans::kNo, nk, D, Block::kRowsByD, k_pack.at(kv, kt));
+      v_rows.pack_b(g, at, sh.ld_kv, Trans::kYes, D, nk, Block::kDByTile, v_pack.at(kv, kt));
     });
 
     std::vector<Task> tasks;
@@ -91,7 +92,7 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
       std::fill(w.m, w.m + kBq, kNegInf);
       std::fill(w.l, w.l + kBq, 0.0f);
       const TaskScope scope(g);
-      g.pack_b(p.q + q0 * sh.ld_q + h * D, sh.ld_q, Trans::kNo, nq, D, Block::kTileByD, q_packed);
+      q_rows.pack_b(g, q0 * sh.ld_q + h * D, sh.ld_q, Trans::kNo, nq, D, Block::kTileByD, q_packed);
       const auto [kt_lo, kt_hi] = mask.key_tiles(q0, nq);
       for (int64_t kt = kt_lo; kt <= kt_hi; ++kt) {
         const Tile t{q0, nq, kt * kBk, std::min(kBk, sh.T_kv - kt * kBk)};

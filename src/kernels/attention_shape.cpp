@@ -57,8 +57,20 @@ void validate(const AttentionParams& p, const char* who) {
 
 void validate_tensors(const AttentionParams& p, const char* who) {
   validate(p, who);
-  if (p.T > 0 && (p.q == nullptr || p.k == nullptr || p.v == nullptr)) {
-    throw InputError(std::string(who) + ": q, k and v must all be set");
+  const int full = (p.q != nullptr) + (p.k != nullptr) + (p.v != nullptr);
+  const int rounded = (p.q_bf16 != nullptr) + (p.k_bf16 != nullptr) + (p.v_bf16 != nullptr);
+  if (rounded != 0 && rounded != 3) {
+    throw InputError(std::string(who) +
+                     ": q_bf16, k_bf16 and v_bf16 are given all three or none (got " +
+                     std::to_string(rounded) + ")");
+  }
+  if (p.T > 0 && full != 3 && rounded == 0) {
+    throw InputError(std::string(who) + ": q, k and v must all be set (or q_bf16, k_bf16, v_bf16)");
+  }
+  if (rounded != 0 && p.precision != Precision::kBf16) {
+    throw InputError(std::string(who) +
+                     ": q, k and v stored in bf16 are for bf16 tile products; set precision to "
+                     "bf16, or give q, k and v in fp32");
   }
 }
 

@@ -69,6 +69,30 @@ struct Packed {
   }
 };
 
+// One of q, k, v (or dO) as the packers read it: from its bf16 copy where the caller stored one
+// (AttentionParams::q_bf16, …; the same packed bytes from half the bytes read), else from its
+// fp32 values. `at` counts elements from the start of either.
+struct OperandRows {
+  const float* values;
+  const bf16* rounded;
+  void pack_a(const TileGemm& g, int64_t at, int64_t ld, Trans trans, int64_t valid,
+              int64_t k_valid, Block b, std::byte* out) const {
+    if (rounded != nullptr) {
+      g.pack_a(rounded + at, ld, trans, valid, k_valid, b, out);
+    } else {
+      g.pack_a(values + at, ld, trans, valid, k_valid, b, out);
+    }
+  }
+  void pack_b(const TileGemm& g, int64_t at, int64_t ld, Trans trans, int64_t valid,
+              int64_t k_valid, Block b, std::byte* out) const {
+    if (rounded != nullptr) {
+      g.pack_b(rounded + at, ld, trans, valid, k_valid, b, out);
+    } else {
+      g.pack_b(values + at, ld, trans, valid, k_valid, b, out);
+    }
+  }
+};
+
 // Tasks by key/value head, and within one in decreasing cost, so the tasks left for the end of
 // the loop are short, and the threads work on the same packed operands. The order changes no
 // result: each task computes its outputs alone.

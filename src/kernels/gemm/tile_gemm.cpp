@@ -17,14 +17,18 @@ TileGemm::TileGemm(const MicroKernel& kernel, Precision precision, int64_t tile,
       nr_(kernel.nr),
       ks_(kernel.k_step),
       bytes_(kernel.packed_bytes),
-      pack_a_(kernel.pack_a[static_cast<int>(source_)]),
-      pack_b_(kernel.pack_b[static_cast<int>(source_)]),
-      pack_a_across_(kernel.pack_a_across[static_cast<int>(source_)]),
+      from_f32_{kernel.pack_a[static_cast<int>(source_)], kernel.pack_b[static_cast<int>(source_)],
+                kernel.pack_a_across[static_cast<int>(source_)]},
       tile_(tile),
       rows_(round_up(tile, kernel.mr)),
       dk_(round_up(D, kernel.k_step)),
       dn_(round_up(D, kernel.nr)) {
-  if (pack_a_ == nullptr || pack_b_ == nullptr || tile_ % nr_ != 0 || tile_ % ks_ != 0) {
+  if (precision == Precision::kBf16) {
+    const int bf16_source = static_cast<int>(PackSource::kBf16);
+    from_bf16_ = {kernel.pack_a[bf16_source], kernel.pack_b[bf16_source],
+                  kernel.pack_a_across[bf16_source]};
+  }
+  if (from_f32_.a == nullptr || from_f32_.b == nullptr || tile_ % nr_ != 0 || tile_ % ks_ != 0) {
     throw Error(std::string("attention: the ") + kernel.isa + " micro-kernel cannot run " +
                 (precision == Precision::kBf16 ? "bf16" : "fp32") + " tile products of " +
                 std::to_string(tile) + " tokens (it needs packers for that precision, and nr " +
@@ -63,30 +67,56 @@ TileGemm::TileGemm(const MicroKernel& kernel, Precision precision, int64_t tile,
 
 void TileGemm::pack_a(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid,
                       Block b, std::byte* out) const {
-  const std::vector<int64_t>& off = offsets(b);
-  const int64_t kp = k_steps(k_valid), panels = ceil_div(valid, mr_);
-  // From a source contiguous in i, the tile's panels in one call where they lie evenly spaced
-  // (MicroKernel::pack_a_across).
-  if (trans == Trans::kYes && pack_a_across_ != nullptr && evenly_spaced_[static_cast<int>(b)]) {
-    pack_a_across_(src, ld, 0, valid, k_valid, kp, panels, out,
-                   off.size() > 1 ? off[1] - off[0] : 0);
-    return;
-  }
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t first = p * mr_;
-    pack_a_(src, ld, trans, first, std::min(valid - first, mr_), k_valid, kp,
-            out + off[static_cast<size_t>(p)]);
-  }
+  pack_a_with(from_f32_, src, ld, trans, valid, k_valid, b, out);
 }
 
 void TileGemm::pack_b(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid,
                       Block b, std::byte* out) const {
+  pack_b_with(from_f32_, src, ld, trans, valid, k_valid, b, out);
+}
+
+void TileGemm::pack_a(const bf16* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid,
+                      Block b, std::byte* out) const {
+  pack_a_with(from_bf16_, src, ld, trans, valid, k_valid, b, out);
+}
+
+void TileGemm::pack_b(const bf16* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid,
+                      Block b, std::byte* out) const {
+  pack_b_with(from_bf16_, src, ld, trans, valid, k_valid, b, out);
+}
+
+void TileGemm::pack_a_with(const Packers& with, const void* src, int64_t ld, Trans trans,
+                           int64_t valid, int64_t k_valid, Block b, std::byte* out) const {
+  if (with.a == nullptr) {
+    throw Error("attention: bf16 operands need bf16 tile products (precision bf16)");
+  }
+  const std::vector<int64_t>& off = offsets(b);
+  const int64_t kp = k_steps(k_valid), panels = ceil_div(valid, mr_);
+  // From a source contiguous in i, the tile's panels in one call where they lie evenly spaced
+  // (MicroKernel::pack_a_across).
+  if (trans == Trans::kYes && with.a_across != nullptr && evenly_spaced_[static_cast<int>(b)]) {
+    with.a_across(src, ld, 0, valid, k_valid, kp, panels, out,
+                  off.size() > 1 ? off[1] - off[0] : 0);
+    return;
+  }
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t first = p * mr_;
+    with.a(src, ld, trans, first, std::min(valid - first, mr_), k_valid, kp,
+           out + off[static_cast<size_t>(p)]);
+  }
+}
+
+void TileGemm::pack_b_with(const Packers& with, const void* src, int64_t ld, Trans trans,
+                           int64_t valid, int64_t k_valid, Block b, std::byte* out) const {
+  if (with.b == nullptr) {
+    throw Error("attention: bf16 operands need bf16 tile products (precision bf16)");
+  }
   const std::vector<int64_t>& off = offsets(b);
   const int64_t kp = k_steps(k_valid), panels = ceil_div(valid, nr_);
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t first = p * nr_;
-    pack_b_(src, ld, trans, first, std::min(valid - first, nr_), k_valid, kp,
-            out + off[static_cast<size_t>(p)]);
+    with.b(src, ld, trans, first, std::min(valid - first, nr_), k_valid, kp,
+           out + off[static_cast<size_t>(p)]);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/matmul.hpp"
@@ -66,6 +67,14 @@ class TileGemm {
   void pack_b(const float* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
               std::byte* out) const;
 
+  // The same from operands already stored in bf16 (bf16 products only): the bytes packing their
+  // fp32 originals writes, from half the bytes read (an operand read from memory: attention's
+  // q, k, v and dO).
+  void pack_a(const bf16* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
+              std::byte* out) const;
+  void pack_b(const bf16* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
+              std::byte* out) const;
+
   // c[0:rows, 0:cols] (+)= A·B over the first kc values of k, rows and cols rounded up to
   // whole micro-tiles (c must have room for them). Reads only what the packers wrote when rows
   // and cols are at most the blocks' `valid` and kc at most k_steps of their k_valid.
@@ -97,14 +106,24 @@ class TileGemm {
   }
 
  private:
+  // The packers for one source (PackSource): source_ for fp32 operands, kBf16 for bf16 ones.
+  struct Packers {
+    PanelPackFn a = nullptr, b = nullptr;
+    PanelsAcrossPackFn a_across = nullptr;  // or null (MicroKernel::pack_a_across)
+  };
+  void pack_a_with(const Packers& with, const void* src, int64_t ld, Trans trans, int64_t valid,
+                   int64_t k_valid, Block b, std::byte* out) const;
+  void pack_b_with(const Packers& with, const void* src, int64_t ld, Trans trans, int64_t valid,
+                   int64_t k_valid, Block b, std::byte* out) const;
+
   std::vector<int64_t>& offsets(Block b) { return offsets_[static_cast<int>(b)]; }
   const std::vector<int64_t>& offsets(Block b) const { return offsets_[static_cast<int>(b)]; }
 
   const MicroKernel& kernel_;
   PackSource source_;
   int64_t mr_, nr_, ks_, bytes_;
-  PanelPackFn pack_a_, pack_b_;
-  PanelsAcrossPackFn pack_a_across_;  // or null (MicroKernel::pack_a_across)
+  Packers from_f32_;   // the precision's fp32 packers (kept, or rounded to bf16)
+  Packers from_bf16_;  // with bf16 products; all null with fp32 ones
   int64_t tile_, rows_, dk_, dn_;
   std::vector<int64_t> offsets_[4];  // bytes from a block's start to each micro-panel
   layout::Layout layouts_[4];        // each block's layout (kRowsBy*: A's, k·By*: B's)
