@@ -4,6 +4,7 @@
 // (ProductRows), W packed per call or once (PackedWeights), and in float64.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -12,6 +13,7 @@
 #include "kernels/bf16.hpp"
 #include "model/block_ops.hpp"
 #include "model/packed_weights.hpp"
+#include "model/qkv_shape.hpp"
 
 namespace nanogpt {
 namespace {
@@ -117,6 +119,67 @@ TEST(BlockOps, RoundedRowsGiveTheBitsOfTheirFp32Rows) {
                          ProductRows<float>{nullptr, x_rounded.data()}, dW_rounded.data());
   EXPECT_TRUE(same_bits(dW_fp32, dW_rounded));
   EXPECT_FALSE(same_bits(dW0, dW_rounded));  // the product was really added
+}
+
+// Attention's inputs stored rounded only (bf16 training): the forward writes exactly
+// round_to_bf16 of the rows it writes in fp32, and the backward, recomputing the q, k rows from
+// raw, gives every output the bits it gives reading the fp32 rows (the gradient of raw, rounded
+// and in fp32, dve, and the lambdas' sums). Grouped-query heads, value embeddings, T past a
+// block of rows, positions past zero.
+TEST(BlockOps, QkvStoredRoundedGivesTheBitsOfTheFp32Rows) {
+  std::mt19937 rng(9079);
+  const QkvShape s{4, 2, 16};
+  const int64_t row = s.row(), heads = s.Hq + s.Hkv, V = 11;
+  const RotaryTableT<float> rotary(kT + 8, s.D);
+  std::vector<int64_t> pos(kT);
+  std::vector<int32_t> tokens(kT);
+  for (int64_t t = 0; t < kT; ++t) {
+    pos[static_cast<size_t>(t)] = (t * 5) % (kT + 8);
+    tokens[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7) % V);
+  }
+  const std::vector<float> raw = random_values<float>(kT * row, rng);
+  const std::vector<float> ve = random_values<float>(V * s.kv_width(), rng);
+  const float la0 = 0.7f, la1 = 0.4f;
+  std::vector<float> rstd(kT * heads), qkv(kT * row), rstd_rounded(rstd.size());
+  std::vector<bf16> qkv_rounded(qkv.size(), bf16{0x7FC0});
+  qk_norm_rotary_v_mix_forward(kT, s, rotary, pos.data(), tokens.data(), ve.data(), la0, la1,
+                               raw.data(), rstd.data(), qkv.data());
+  qk_norm_rotary_v_mix_forward(kT, s, rotary, pos.data(), tokens.data(), ve.data(), la0, la1,
+                               raw.data(), rstd_rounded.data(), static_cast<float*>(nullptr),
+                               qkv_rounded.data());
+  std::vector<bf16> want(qkv.size());
+  round_to_bf16(qkv.data(), static_cast<int64_t>(qkv.size()), want.data());
+  EXPECT_EQ(std::memcmp(want.data(), qkv_rounded.data(), want.size() * sizeof(bf16)), 0);
+  EXPECT_TRUE(same_bits(rstd, rstd_rounded));
+
+  const std::vector<float> dqkv0 = random_values<float>(kT * row, rng);
+  const std::vector<float> dve0 = random_values<float>(ve.size(), rng);
+  for (const bool rounded_gradient : {false, true}) {
+    std::vector<float> dqkv[2] = {dqkv0, dqkv0}, dve[2] = {dve0, dve0};
+    std::vector<bf16> draw[2] = {std::vector<bf16>(dqkv0.size()), std::vector<bf16>(dqkv0.size())};
+    std::array<double, 2> dla[2];
+    for (int stored = 0; stored < 2; ++stored) {
+      const size_t k = static_cast<size_t>(stored);
+      dla[k] = qk_norm_rotary_v_mix_backward(kT, s, rotary, pos.data(), tokens.data(), ve.data(),
+                                             dve[k].data(), la0, la1, raw.data(), rstd.data(),
+                                             stored == 0 ? qkv.data() : nullptr, dqkv[k].data(),
+                                             rounded_gradient ? draw[k].data() : nullptr);
+    }
+    const char* what = rounded_gradient ? "gradient of raw rounded" : "gradient of raw in fp32";
+    EXPECT_TRUE(same_bits(dqkv[0], dqkv[1])) << what;
+    EXPECT_TRUE(same_bits(dve[0], dve[1])) << what;
+    EXPECT_EQ(std::memcmp(draw[0].data(), draw[1].data(), draw[0].size() * sizeof(bf16)), 0)
+        << what;
+    EXPECT_EQ(dla[0][0], dla[1][0]) << what;
+    EXPECT_EQ(dla[0][1], dla[1][1]) << what;
+    // The pass really ran: the gradient of raw went where it was asked to.
+    if (rounded_gradient) {
+      const std::vector<bf16> zeros(draw[1].size());
+      EXPECT_NE(std::memcmp(zeros.data(), draw[1].data(), zeros.size() * sizeof(bf16)), 0);
+    } else {
+      EXPECT_FALSE(same_bits(dqkv0, dqkv[1]));
+    }
+  }
 }
 
 TEST(BlockOps, ResidualEpilogueInFloat64) {

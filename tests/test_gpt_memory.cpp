@@ -94,7 +94,7 @@ TEST(GptMemory, KernelScratchLivesInTheModelsWorkspace) {
 // products, h and dh are stored in bf16, 8·d·(L + 1) bytes fewer, and the qkv projection's
 // output gradient is kept rounded beside attention's, 2·3·H·D bytes more (H_kv = H), as are
 // the norms the products read: 2·d bytes more for each layer's norm2 and each attention layer's
-// norm1.
+// norm1; and each attention layer keeps qkv rounded only, 2·3·H·D bytes fewer.
 TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   Config c = micro_config();  // layer 3 without attention
   set_config_value(c, "precision=fp32");
@@ -114,16 +114,18 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
 
   // With bf16 products, h (every layer) and dh (once) are stored rounded: 2 bytes a value; and
   // the gradient of qkv_raw (once) is kept rounded as well as attention's own in fp32, and the
-  // norms (norm2 every layer, norm1 with attention) rounded as well as in fp32.
+  // norms (norm2 every layer, norm1 with attention) rounded as well as in fp32; attention's
+  // inputs (qkv) are kept rounded instead of in fp32.
   set_config_value(c, "precision=bf16");
   Gpt rounded(c);
   rounded.init_parameters(3);
   rounded.forward_backward(b.inputs, b.targets, 1, 1.0f / T, 128);
-  int64_t norms = L;
-  for (int64_t i = 0; i < L; ++i) norms += c.has_attention(i) ? 1 : 0;
+  int64_t attention_layers = 0;
+  for (int64_t i = 0; i < L; ++i) attention_layers += c.has_attention(i) ? 1 : 0;
+  const int64_t norms = L + attention_layers;
   EXPECT_EQ(rounded.activation_bytes(),
-            static_cast<size_t>(
-                T * (4 * floats + 16 - 2 * 4 * d * (L + 1) + 2 * 3 * HD + 2 * d * norms)));
+            static_cast<size_t>(T * (4 * floats + 16 - 2 * 4 * d * (L + 1) + 2 * 3 * HD +
+                                     2 * d * norms - 2 * 3 * HD * attention_layers)));
 }
 
 // A cached forward (decoding, scoring) keeps one block's activations, whichever layer runs, plus

@@ -363,14 +363,23 @@ void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx) 
 template <class Real>
 void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTableT<Real>& rotary,
                                   const int64_t* pos, const int32_t* tokens, const Real* ve,
-                                  Real la0, Real la1, const Real* raw, Real* rstd_qk, Real* qkv) {
+                                  Real la0, Real la1, const Real* raw, Real* rstd_qk, Real* qkv,
+                                  bf16* qkv_rounded) {
   const int64_t row = s.row(), heads = s.Hq + s.Hkv, v_at = heads * s.D, kv = s.kv_width();
-  for_row_blocks("qk_norm.rotary.v_mix", T, row, [&](int64_t, int64_t t0, int64_t t1) {
+  const bool rounded_only = qkv_rounded != nullptr;
+  if (!rounded_only && qkv == nullptr) {
+    throw std::invalid_argument("qk_norm_rotary_v_mix_forward: neither qkv nor qkv_rounded set");
+  }
+  // Floats moved per row, for the profiler: raw read, the row written (in bf16: half).
+  const int64_t per_row = rounded_only ? row + row / 2 : 2 * row;
+  for_row_blocks("qk_norm.rotary.v_mix", T, per_row, [&](int64_t, int64_t t0, int64_t t1) {
+    // Rounded only: each row is made in L1 here, then rounded out.
+    std::vector<Real> scratch(static_cast<size_t>(rounded_only ? row : 0));
     for (int64_t t = t0; t < t1; ++t) {
       // The next token's value-embedding row, which no prefetcher can guess.
       if (ve != nullptr && t + 1 < t1) prefetch_lines(ve + tokens[t + 1] * kv, kv * sizeof(Real));
       const Real* in = &raw[t * row];
-      Real* out = &qkv[t * row];
+      Real* out = rounded_only ? scratch.data() : &qkv[t * row];
 
       // q and k: Hq + Hkv heads of D, normalised per head, then rotated.
       rmsnorm_forward(in, s.D, out, s.D, &rstd_qk[t * heads], heads, s.D);
@@ -378,6 +387,7 @@ void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTabl
       // v: the value-embedding mix (without value embeddings, la0·v + 0).
       weighted_sum(kv, la0, in + v_at, la1, ve == nullptr ? nullptr : ve + tokens[t] * kv,
                    out + v_at);
+      round_rows(out, row, rounded_only ? qkv_rounded + t * row : nullptr);
     }
   });
 }
@@ -439,7 +449,17 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
       scaled_copy(kv, la0, drow + v_at, drow + v_at);
       // q, k: undo the rotation on the gradient, then the per-head norm.
       rotary.apply_inverse(drow, heads, pos[t]);
-      std::memcpy(y, &qkv[t * row], v_at * sizeof(Real));
+      if (qkv != nullptr) {
+        std::memcpy(y, &qkv[t * row], v_at * sizeof(Real));
+      } else {
+        // The forward's q, k rows again: each head's raw values times its stored rstd, as
+        // rmsnorm_forward made them, rotated as the forward rotated them (the same bits).
+        for (int64_t h = 0; h < heads; ++h) {
+          const Real r = rstd_qk[t * heads + h];
+          for (int64_t e = h * s.D; e < (h + 1) * s.D; ++e) y[e] = in[e] * r;
+        }
+        rotary.apply(y, heads, pos[t]);
+      }
       rotary.apply_inverse(y, heads, pos[t]);
       rmsnorm_backward(y, s.D, &rstd_qk[t * heads], drow, s.D, drow, s.D, heads, s.D, false);
       if constexpr (std::is_same_v<Real, float>) {
@@ -499,7 +519,7 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
   template void add_rows<Real>(const char*, int64_t, int64_t, const Real*, Real*);                 \
   template void qk_norm_rotary_v_mix_forward<Real>(                                                \
       int64_t, const QkvShape&, const RotaryTableT<Real>&, const int64_t*, const int32_t*,         \
-      const Real*, Real, Real, const Real*, Real*, Real*);                                         \
+      const Real*, Real, Real, const Real*, Real*, Real*, bf16*);                                  \
   template std::array<double, 2> qk_norm_rotary_v_mix_backward<Real>(                              \
       int64_t, const QkvShape&, const RotaryTableT<Real>&, const int64_t*, const int32_t*,         \
       const Real*, Real*, Real, Real, const Real*, const Real*, const Real*, Real*, bf16*);

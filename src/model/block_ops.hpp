@@ -138,12 +138,18 @@ void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx);
 template <class Real>
 void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTableT<Real>& rotary,
                                   const int64_t* pos, const int32_t* tokens, const Real* ve,
-                                  Real la0, Real la1, const Real* raw, Real* rstd_qk, Real* qkv);
+                                  Real la0, Real la1, const Real* raw, Real* rstd_qk, Real* qkv,
+                                  bf16* qkv_rounded = nullptr);
+// Where qkv_rounded is set (float only), the rows go there rounded to bf16 instead of to qkv
+// (null): with bf16 products attention reads nothing else (its packers would round them,
+// AttentionParams::q_bf16), and the backward recomputes the rows it needs from raw.
 // Backward: dqkv (attention's input gradients) becomes the gradient of raw, in place, or, where
 // dqkv_rounded is set, goes there rounded to bf16 and dqkv is only read (the gradient of raw is
 // read only by the qkv projection's products, which would round it as they pack it: half the
 // bytes, and the same bits); dve[tokens[t]] += λa1·dv (in token order). qkv is the forward's
-// output. Returns Σ dv·v_raw and Σ dv·ve (the attention lambdas' gradients).
+// output, or null where the forward stored it rounded only: then its q, k rows are recomputed
+// from raw as the forward computed them (the same bits). Returns Σ dv·v_raw and Σ dv·ve (the
+// attention lambdas' gradients).
 template <class Real>
 std::array<double, 2> qk_norm_rotary_v_mix_backward(
     int64_t T, const QkvShape& s, const RotaryTableT<Real>& rotary, const int64_t* pos,

@@ -204,7 +204,7 @@ int64_t GptT<Real>::layer_window(int64_t layer, int64_t window_blocks) const {
 }
 
 template <class Real>
-void GptT<Real>::size_block(LayerActivations& A, int64_t layer, int64_t T) {
+void GptT<Real>::size_block(LayerActivations& A, int64_t layer, int64_t T, bool cached) {
   const QkvShape s = qkv_shape(config_);
   const int64_t d = config_.model_dim;
   resize(A.x_in, T * d);
@@ -232,7 +232,11 @@ void GptT<Real>::size_block(LayerActivations& A, int64_t layer, int64_t T) {
     resize(A.rstd1, T);
     resize(A.qkv_raw, T * s.row());
     resize(A.rstd_qk, T * (s.Hq + s.Hkv));
-    resize(A.qkv, T * s.row());
+    if (qkv_stored_rounded(cached)) {
+      resize(A.qkv_rounded, T * s.row());
+    } else {
+      resize(A.qkv, T * s.row());
+    }
     resize(A.attn_out, T * s.q_width());
     resize(A.lse, s.Hq * T);
   }
@@ -252,9 +256,9 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len, bool cached) {
     LayerActivations& A = layers_[static_cast<size_t>(i)];
     resize(A.x_out, T * d);
     if (!cached || config_.is_moe_layer(i)) {
-      size_block(A, i, T);
+      size_block(A, i, T, cached);
     } else {
-      size_block(inference_, i, T);
+      size_block(inference_, i, T, cached);
     }
   }
   resize(final_norm_, T * d);
@@ -298,8 +302,8 @@ size_t GptT<Real>::activation_bytes() const {
       total += bytes_of(*v);
     }
     total += bytes_of(A.h_rounded) + bytes_of(A.norm1_rounded) + bytes_of(A.norm2_rounded) +
-             bytes_of(A.expert_ids) + bytes_of(A.plan.offsets) + bytes_of(A.plan.entry_of_row) +
-             bytes_of(A.plan.row_of_entry);
+             bytes_of(A.qkv_rounded) + bytes_of(A.expert_ids) + bytes_of(A.plan.offsets) +
+             bytes_of(A.plan.entry_of_row) + bytes_of(A.plan.row_of_entry);
   }
   for (const AlignedVector<Real>* v :
        {&dx_, &dx0_, &dh_, &dqkv_, &dattn_, &dnorm_, &dye_, &dhe_, &dxe_, &dgates_, &dlogits_}) {
@@ -312,6 +316,11 @@ size_t GptT<Real>::activation_bytes() const {
 template <class Real>
 bool GptT<Real>::product_rows_rounded() const {
   return std::is_same_v<Real, float> && precision_ == Precision::kBf16;
+}
+
+template <class Real>
+bool GptT<Real>::qkv_stored_rounded(bool cached) const {
+  return !cached && product_rows_rounded();
 }
 
 namespace {
@@ -369,7 +378,14 @@ AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, const LayerActivat
   a.H = s.Hq;
   a.H_kv = s.Hkv;
   a.D = s.D;
-  a.q = A.qkv.data() + row0 * s.row();
+  // Without a cache this is training's forward or backward (a cached forward gives every
+  // segment one): q, k, v stored rounded (qkv_stored_rounded) or in full.
+  const bool rounded = cache == nullptr && qkv_stored_rounded(false);
+  if (rounded) {
+    a.q_bf16 = A.qkv_rounded.data() + row0 * s.row();
+  } else {
+    a.q = A.qkv.data() + row0 * s.row();
+  }
   a.ld_q = s.row();
   if (cache != nullptr) {
     a.T_kv = cache->length() + rows;
@@ -379,8 +395,13 @@ AttentionArgs<Real> GptT<Real>::attention_args(int64_t layer, const LayerActivat
     a.doc = cache->doc();
   } else {
     a.T_kv = rows;
-    a.k = A.qkv.data() + row0 * s.row() + s.q_width();
-    a.v = A.qkv.data() + row0 * s.row() + s.q_width() + s.kv_width();
+    if (rounded) {
+      a.k_bf16 = a.q_bf16 + s.q_width();
+      a.v_bf16 = a.k_bf16 + s.kv_width();
+    } else {
+      a.k = a.q + s.q_width();
+      a.v = a.k + s.kv_width();
+    }
     a.ld_kv = s.row();
     a.doc = doc_.data() + row0;
   }
@@ -576,7 +597,9 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                      A.qkv_raw.data(), {}, packed_for(cached, w.qkv_w, qkv.row(), d));
       qk_norm_rotary_v_mix_forward(T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed,
                                    w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(),
-                                   A.rstd_qk.data(), A.qkv.data());
+                                   A.rstd_qk.data(),
+                                   qkv_stored_rounded(cached) ? nullptr : A.qkv.data(),
+                                   qkv_stored_rounded(cached) ? A.qkv_rounded.data() : nullptr);
       if (cached) {
         cached_attention(i, A, window_blocks);
       } else {
@@ -802,8 +825,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       const ProductRows<Real> draw = qkv_gradient();
       const std::array<double, 2> dla = qk_norm_rotary_v_mix_backward(
           T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed, g.value_embed,
-          w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(), A.rstd_qk.data(), A.qkv.data(),
-          dqkv_.data(), draw.rounded);
+          w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(), A.rstd_qk.data(),
+          qkv_stored_rounded(false) ? nullptr : A.qkv.data(), dqkv_.data(), draw.rounded);
       g.attn_lambdas[0] += static_cast<Real>(dla[0]);
       g.attn_lambdas[1] += static_cast<Real>(dla[1]);
       linear_backward_weight(precision_, "attn.qkv.dW", T, d, qkv.row(), draw, norm1_rows(stored),

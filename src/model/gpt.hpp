@@ -185,13 +185,17 @@ class GptT {
 
  private:
   struct LayerActivations {
-    AlignedVector<Real> x_in;       // [T, d] block input (after the skip)
-    AlignedVector<Real> x_mix;      // [T, d] λ0·x_in + λ1·x0 (x_in without x0_mixing)
-    AlignedVector<Real> norm1;      // [T, d] rmsnorm(x_mix)
-    AlignedVector<Real> rstd1;      // [T]
-    AlignedVector<Real> qkv_raw;    // [T, (H + 2·H_kv)·D] qkv_w · norm1: q, k, v
-    AlignedVector<Real> rstd_qk;    // [T, H + H_kv] per-head norms of q and k
-    AlignedVector<Real> qkv;        // [T, (H + 2·H_kv)·D] attention inputs: rope'd q, k; mixed v
+    AlignedVector<Real> x_in;     // [T, d] block input (after the skip)
+    AlignedVector<Real> x_mix;    // [T, d] λ0·x_in + λ1·x0 (x_in without x0_mixing)
+    AlignedVector<Real> norm1;    // [T, d] rmsnorm(x_mix)
+    AlignedVector<Real> rstd1;    // [T]
+    AlignedVector<Real> qkv_raw;  // [T, (H + 2·H_kv)·D] qkv_w · norm1: q, k, v
+    AlignedVector<Real> rstd_qk;  // [T, H + H_kv] per-head norms of q and k
+    AlignedVector<Real> qkv;      // [T, (H + 2·H_kv)·D] attention inputs: rope'd q, k; mixed v
+    // Or, training with bf16 products on float (qkv_stored_rounded), qkv rounded instead: all
+    // that attention's packers read (half the bytes, the same packed operands); the q/k norm's
+    // backward recomputes its fp32 rows from qkv_raw.
+    AlignedVector<bf16> qkv_rounded;
     AlignedVector<Real> attn_out;   // [T, H·D]
     AlignedVector<Real> lse;        // [H, T]
     AlignedVector<Real> x_attn;     // [T, d] after the attention residual
@@ -225,7 +229,11 @@ class GptT {
   // Sizes the activations for T rows; cached: a cached forward's (no backward buffers, the
   // dense blocks in inference_).
   void ensure_capacity(int64_t T, int64_t seq_len, bool cached);
-  void size_block(LayerActivations& A, int64_t layer, int64_t T);
+  void size_block(LayerActivations& A, int64_t layer, int64_t T, bool cached);
+  // Whether a forward (cached: over K/V caches) stores attention's inputs rounded to bf16 only
+  // (LayerActivations::qkv_rounded): training with bf16 products on float. A cached forward
+  // keeps them in full, as its caches do.
+  bool qkv_stored_rounded(bool cached) const;
   // Where block `layer` of a forward keeps its activations (its output is always
   // layers_[layer].x_out).
   LayerActivations& block_activations(int64_t layer, bool cached) {

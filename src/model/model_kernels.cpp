@@ -23,6 +23,9 @@ AttentionParams attention_params(const AttentionArgs<float>& a) {
   p.q = a.q;
   p.k = a.k;
   p.v = a.v;
+  p.q_bf16 = a.q_bf16;
+  p.k_bf16 = a.k_bf16;
+  p.v_bf16 = a.v_bf16;
   p.ld_q = a.ld_q;
   p.ld_kv = a.ld_kv;
   p.doc = a.doc;

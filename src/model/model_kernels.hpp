@@ -18,6 +18,8 @@ template <class Real>
 struct AttentionArgs {
   int64_t T = 0, T_kv = 0, H = 0, H_kv = 0, D = 0;
   const Real *q = nullptr, *k = nullptr, *v = nullptr;
+  // q, k, v also stored rounded (float with bf16 products: AttentionParams::q_bf16), or null.
+  const bf16 *q_bf16 = nullptr, *k_bf16 = nullptr, *v_bf16 = nullptr;
   int64_t ld_q = 0, ld_kv = 0;
   const int32_t* doc = nullptr;
   int64_t window_blocks = 1, block_size = 128;
