@@ -78,6 +78,16 @@ void store_for_later(const Real* row, int64_t n, Real* out) {
   }
 }
 
+// The same for a row stored rounded to bf16 (float only, as round_rows).
+template <class Real>
+void store_rounded_for_later(const Real* row, int64_t n, bf16* out) {
+  if constexpr (std::is_same_v<Real, float>) {
+    round_to_bf16_streamed(row, n, out);
+  } else {
+    throw std::invalid_argument("store_rounded_for_later: bf16 rows are for float models");
+  }
+}
+
 }  // namespace
 
 template <class Real>
@@ -387,8 +397,11 @@ void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTabl
       // v: the value-embedding mix (without value embeddings, la0·v + 0).
       weighted_sum(kv, la0, in + v_at, la1, ve == nullptr ? nullptr : ve + tokens[t] * kv,
                    out + v_at);
-      round_rows(out, row, rounded_only ? qkv_rounded + t * row : nullptr);
+      // Read by attention's packers a head at a time, after the whole pass (in the speedrun,
+      // 38 MB: beyond the caches): stored around them.
+      if (rounded_only) store_rounded_for_later(out, row, qkv_rounded + t * row);
     }
+    if (rounded_only) streamed_stores_fence();
   });
 }
 
@@ -462,10 +475,8 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
       }
       rotary.apply_inverse(y, heads, pos[t]);
       rmsnorm_backward(y, s.D, &rstd_qk[t * heads], drow, s.D, drow, s.D, heads, s.D, false);
-      if constexpr (std::is_same_v<Real, float>) {
-        // Read only by the products of the next two calls, after the caches have moved on.
-        if (rounded) round_to_bf16_streamed(drow, row, &dqkv_rounded[t * row]);
-      }
+      // Read only by the products of the next two calls, after the caches have moved on.
+      if (rounded) store_rounded_for_later(drow, row, &dqkv_rounded[t * row]);
     }
     dla[static_cast<size_t>(b)] = {dla0, dla1};
     if (rounded) streamed_stores_fence();
