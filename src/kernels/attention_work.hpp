@@ -69,7 +69,7 @@ struct Packed {
   }
 };
 
-// One of q, k, v (or dO) as the packers read it: from its bf16 copy where the caller stored one
+// One of q, k, v as the packers read it: from its bf16 rows where the caller stored them
 // (AttentionParams::q_bf16, …; the same packed bytes from half the bytes read), else from its
 // fp32 values. `at` counts elements from the start of either.
 struct OperandRows {

@@ -68,8 +68,8 @@ class TileGemm {
               std::byte* out) const;
 
   // The same from operands already stored in bf16 (bf16 products only): the bytes packing their
-  // fp32 originals writes, from half the bytes read (an operand read from memory: attention's
-  // q, k, v and dO).
+  // fp32 originals writes, from half the bytes read (operands read from memory: attention's
+  // q, k and v in bf16 training). Error with fp32 products.
   void pack_a(const bf16* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
               std::byte* out) const;
   void pack_b(const bf16* src, int64_t ld, Trans trans, int64_t valid, int64_t k_valid, Block b,
