@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <new>
 
 #include "runtime/aligned_memory.hpp"
 
@@ -20,7 +19,7 @@ thread_local Workspace* g_current_override = nullptr;
 }  // namespace
 
 void Workspace::Free::operator()(std::byte* p) const {
-  ::operator delete (p, std::align_val_t{kCacheLine});
+  free_aligned(p);
 }
 
 Workspace::Workspace(std::string name) : name_(std::move(name)) {}
@@ -40,7 +39,7 @@ void Workspace::grow(Buffer& buffer, size_t bytes, bool zero_new) {
   bytes_held_ -= buffer.bytes;
   buffer.data.reset();
   buffer.bytes = 0;
-  buffer.data.reset(static_cast<std::byte*>(::operator new (bytes, std::align_val_t{kCacheLine})));
+  buffer.data.reset(static_cast<std::byte*>(allocate_aligned(bytes)));
   if (zero_new) std::memset(buffer.data.get(), 0, bytes);
   buffer.bytes = bytes;
   bytes_held_ += bytes;
