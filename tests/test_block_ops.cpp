@@ -121,6 +121,68 @@ TEST(BlockOps, RoundedRowsGiveTheBitsOfTheirFp32Rows) {
   EXPECT_FALSE(same_bits(dW0, dW_rounded));  // the product was really added
 }
 
+// The backward passes that finish dx (a norm's, a skip's add, the residual mix's) write, where
+// asked, exactly round_to_bf16 of the dx they leave, and leave the same fp32 dx either way; and
+// the input gradient read from those rounded rows (mlp.c_proj's: through the relu² gradient,
+// into rounded or fp32 rows) has the bits it has read from the fp32 rows.
+TEST(BlockOps, BackwardPassesRoundTheDxTheyFinish) {
+  std::mt19937 rng(5113);
+  const int64_t d = kIn, n = kT * kIn;
+  const std::vector<float> y = random_values<float>(n, rng), dy = random_values<float>(n, rng);
+  const std::vector<float> x0 = random_values<float>(n, rng), rstd = random_values<float>(kT, rng);
+  const std::vector<float> dx_in = random_values<float>(n, rng);
+  const auto check = [&](const char* what, const auto& pass) {
+    std::vector<float> plain = dx_in, with = dx_in;
+    std::vector<bf16> rounded(static_cast<size_t>(n), bf16{0x7FC0}), want(rounded.size());
+    pass(plain.data(), static_cast<bf16*>(nullptr));
+    pass(with.data(), rounded.data());
+    EXPECT_TRUE(same_bits(plain, with)) << what;
+    EXPECT_FALSE(same_bits(dx_in, with)) << what << ": the pass left dx as it was";
+    round_to_bf16(with.data(), n, want.data());
+    EXPECT_EQ(std::memcmp(want.data(), rounded.data(), want.size() * sizeof(bf16)), 0) << what;
+  };
+  for (bool accumulate : {false, true}) {
+    check(accumulate ? "norm backward, accumulating" : "norm backward", [&](float* dx, bf16* r) {
+      rmsnorm_rows_backward("test.norm.bwd", kT, d, y.data(), rstd.data(), dy.data(), dx,
+                            accumulate, r);
+    });
+  }
+  check("skip add",
+        [&](float* dx, bf16* r) { add_rows("test.skip.bwd", kT, d, dy.data(), dx, r); });
+  check("residual mix backward", [&](float* dx, bf16* r) {
+    std::vector<float> dx0(static_cast<size_t>(n)), dskip(static_cast<size_t>(n));
+    residual_mix_backward(kT, d, y.data(), x0.data(), dy.data(), 0.7f, 0.9f, 0.3f, dx, dx0.data(),
+                          dskip.data(), r);
+  });
+
+  const std::vector<float> g = random_values<float>(kT * kOut, rng);
+  std::vector<bf16> g_rounded(g.size());
+  round_to_bf16(g.data(), static_cast<int64_t>(g.size()), g_rounded.data());
+  const std::vector<float> W = random_values<float>(kOut * kIn, rng);
+  const std::vector<float> H = random_values<float>(static_cast<size_t>(n), rng);
+  ProductEpilogue<float> relu2_grad;
+  relu2_grad.relu_squared_output = H.data();
+  relu2_grad.ld = kIn;
+  std::vector<bf16> into_rounded_fp32(static_cast<size_t>(n)),
+      into_rounded(into_rounded_fp32.size());
+  linear_backward_input(Precision::kBf16, "test.fp32", kT, kIn, kOut, g.data(), W.data(),
+                        ProductRows<float>{nullptr, into_rounded_fp32.data()}, relu2_grad);
+  linear_backward_input(Precision::kBf16, "test.rounded", kT, kIn, kOut,
+                        ProductRows<float>{nullptr, g_rounded.data()}, W.data(),
+                        ProductRows<float>{nullptr, into_rounded.data()}, relu2_grad);
+  EXPECT_EQ(std::memcmp(into_rounded_fp32.data(), into_rounded.data(),
+                        into_rounded.size() * sizeof(bf16)),
+            0);
+  std::vector<float> into_fp32(static_cast<size_t>(n), -3.0f), into_fp32_rounded = into_fp32;
+  linear_backward_input(Precision::kBf16, "test.fp32", kT, kIn, kOut, g.data(), W.data(),
+                        ProductRows<float>{into_fp32.data(), nullptr}, relu2_grad);
+  linear_backward_input(Precision::kBf16, "test.rounded", kT, kIn, kOut,
+                        ProductRows<float>{nullptr, g_rounded.data()}, W.data(),
+                        ProductRows<float>{into_fp32_rounded.data(), nullptr}, relu2_grad);
+  EXPECT_TRUE(same_bits(into_fp32, into_fp32_rounded));
+  EXPECT_FALSE(same_bits(into_fp32, std::vector<float>(static_cast<size_t>(n), -3.0f)));
+}
+
 // Attention's inputs stored rounded only (bf16 training): the forward writes exactly
 // round_to_bf16 of the rows it writes in fp32, and the backward, recomputing the q, k rows from
 // raw, gives every output the bits it gives reading the fp32 rows (the gradient of raw, rounded

@@ -94,7 +94,8 @@ TEST(GptMemory, KernelScratchLivesInTheModelsWorkspace) {
 // products, h and dh are stored in bf16, 8·d·(L + 1) bytes fewer, and the qkv projection's
 // output gradient is kept rounded beside attention's, 2·3·H·D bytes more (H_kv = H), as are
 // the norms the products read: 2·d bytes more for each layer's norm2 and each attention layer's
-// norm1; and each attention layer keeps qkv rounded only, 2·3·H·D bytes fewer.
+// norm1; and each attention layer keeps qkv rounded only, 2·3·H·D bytes fewer; and dx is kept
+// rounded beside its fp32 rows, 2·d bytes more.
 TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   Config c = micro_config();  // layer 3 without attention
   set_config_value(c, "precision=fp32");
@@ -115,7 +116,8 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   // With bf16 products, h (every layer) and dh (once) are stored rounded: 2 bytes a value; and
   // the gradient of qkv_raw (once) is kept rounded as well as attention's own in fp32, and the
   // norms (norm2 every layer, norm1 with attention) rounded as well as in fp32; attention's
-  // inputs (qkv) are kept rounded instead of in fp32.
+  // inputs (qkv) are kept rounded instead of in fp32; and dx (once) rounded as well as in fp32,
+  // for the projections' products that read it next.
   set_config_value(c, "precision=bf16");
   Gpt rounded(c);
   rounded.init_parameters(3);
@@ -125,7 +127,7 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   const int64_t norms = L + attention_layers;
   EXPECT_EQ(rounded.activation_bytes(),
             static_cast<size_t>(T * (4 * floats + 16 - 2 * 4 * d * (L + 1) + 2 * 3 * HD +
-                                     2 * d * norms - 2 * 3 * HD * attention_layers)));
+                                     2 * d * norms - 2 * 3 * HD * attention_layers + 2 * d)));
 }
 
 // A cached forward (decoding, scoring) keeps one block's activations, whichever layer runs, plus

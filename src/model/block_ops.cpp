@@ -253,6 +253,25 @@ void linear_backward_input(Precision precision, const char* name, int64_t T, int
 }
 
 template <class Real>
+void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
+                           int64_t n_out, ProductRows<Real> dy, const Real* W, ProductRows<Real> dx,
+                           const ProductEpilogue<Real>& epilogue) {
+  if constexpr (std::is_same_v<Real, float>) {
+    if (dy.rounded != nullptr && dx.rounded != nullptr) {
+      model_gemm(precision, name, Trans::kNo, Trans::kNo, T, n_in, n_out, 1.0f, dy.rounded, n_out,
+                 W, n_in, dx.rounded, n_in, epilogue);
+      return;
+    }
+    if (dy.rounded != nullptr) {
+      model_gemm(precision, name, Trans::kNo, Trans::kNo, T, n_in, n_out, 1.0f, dy.rounded, n_out,
+                 W, n_in, 0.0f, dx.values, n_in, epilogue);
+      return;
+    }
+  }
+  linear_backward_input(precision, name, T, n_in, n_out, dy.values, W, dx, epilogue);
+}
+
+template <class Real>
 void embed_norm_forward(int64_t T, int64_t d, const int32_t* tokens, const Real* embed, Real* x0,
                         Real* rstd0) {
   for_row_blocks("embed.norm", T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
@@ -322,9 +341,11 @@ void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* 
 template <class Real>
 std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_in, const Real* x0,
                                             const Real* skip_src, Real skip, Real l0, Real l1,
-                                            Real* dx, Real* dx0, Real* dskip_src) {
+                                            Real* dx, Real* dx0, Real* dskip_src,
+                                            bf16* dx_rounded) {
   std::vector<std::array<double, 3>> partial(static_cast<size_t>(row_blocks(T)));
-  for_row_blocks("residual_mix.bwd", T, 7 * d, [&](int64_t b, int64_t t0, int64_t t1) {
+  const int64_t per_row = 7 * d + (dx_rounded != nullptr ? d / 2 : 0);
+  for_row_blocks("residual_mix.bwd", T, per_row, [&](int64_t b, int64_t t0, int64_t t1) {
     const int64_t j0 = t0 * d, len = (t1 - t0) * d;
     double dl0 = 0, dl1 = 0;
     if (x0 != nullptr) {  // without the mix, d(x_in) = d(x_mix): dx stays
@@ -338,6 +359,7 @@ std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_
       dsw = dot_double(dx + j0, skip_src + j0, len);
       add_scaled(len, dskip_src + j0, skip, dx + j0, dskip_src + j0);
     }
+    round_rows(dx + j0, len, dx_rounded == nullptr ? nullptr : dx_rounded + j0);
     partial[static_cast<size_t>(b)] = {dl0, dl1, dsw};
   });
   return sum_blocks(partial);
@@ -356,17 +378,21 @@ void rmsnorm_rows_forward(const char* name, int64_t T, int64_t d, const Real* x,
 
 template <class Real>
 void rmsnorm_rows_backward(const char* name, int64_t T, int64_t d, const Real* y, const Real* rstd,
-                           const Real* dy, Real* dx, bool accumulate) {
-  for_row_blocks(name, T, (accumulate ? 4 : 3) * d, [&](int64_t, int64_t t0, int64_t t1) {
+                           const Real* dy, Real* dx, bool accumulate, bf16* dx_rounded) {
+  const int64_t per_row = (accumulate ? 4 : 3) * d + (dx_rounded != nullptr ? d / 2 : 0);
+  for_row_blocks(name, T, per_row, [&](int64_t, int64_t t0, int64_t t1) {
     rmsnorm_backward(&y[t0 * d], d, &rstd[t0], &dy[t0 * d], d, &dx[t0 * d], d, t1 - t0, d,
                      accumulate);
+    round_rows(dx + t0 * d, (t1 - t0) * d, dx_rounded == nullptr ? nullptr : dx_rounded + t0 * d);
   });
 }
 
 template <class Real>
-void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx) {
-  for_row_blocks(name, T, 3 * d, [&](int64_t, int64_t t0, int64_t t1) {
+void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx, bf16* dx_rounded) {
+  const int64_t per_row = 3 * d + (dx_rounded != nullptr ? d / 2 : 0);
+  for_row_blocks(name, T, per_row, [&](int64_t, int64_t t0, int64_t t1) {
     add_scaled((t1 - t0) * d, &dx[t0 * d], Real(1), &ds[t0 * d], &dx[t0 * d]);
+    round_rows(dx + t0 * d, (t1 - t0) * d, dx_rounded == nullptr ? nullptr : dx_rounded + t0 * d);
   });
 }
 
@@ -500,6 +526,9 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
                                              ProductRows<Real>, const Real*, Real*);               \
   template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
                                             ProductRows<Real>, const Real*, Real*);                \
+  template void linear_backward_input<Real>(Precision, const char*, int64_t, int64_t, int64_t,     \
+                                            ProductRows<Real>, const Real*, ProductRows<Real>,     \
+                                            const ProductEpilogue<Real>&);                         \
   template void linear_forward<Real>(Precision, const char*, int64_t, int64_t, int64_t,            \
                                      const Real*, const Real*, ProductRows<Real>,                  \
                                      const ProductEpilogue<Real>&, const PackedB*);                \
@@ -522,12 +551,12 @@ std::array<double, 2> qk_norm_rotary_v_mix_backward(
                                            Real*, bf16*);                                          \
   template std::array<double, 3> residual_mix_backward<Real>(int64_t, int64_t, const Real*,        \
                                                              const Real*, const Real*, Real, Real, \
-                                                             Real, Real*, Real*, Real*);           \
+                                                             Real, Real*, Real*, Real*, bf16*);    \
   template void rmsnorm_rows_forward<Real>(const char*, int64_t, int64_t, const Real*, Real*,      \
                                            Real*, Real*, bf16*);                                   \
   template void rmsnorm_rows_backward<Real>(const char*, int64_t, int64_t, const Real*,            \
-                                            const Real*, const Real*, Real*, bool);                \
-  template void add_rows<Real>(const char*, int64_t, int64_t, const Real*, Real*);                 \
+                                            const Real*, const Real*, Real*, bool, bf16*);         \
+  template void add_rows<Real>(const char*, int64_t, int64_t, const Real*, Real*, bf16*);          \
   template void qk_norm_rotary_v_mix_forward<Real>(                                                \
       int64_t, const QkvShape&, const RotaryTableT<Real>&, const int64_t*, const int32_t*,         \
       const Real*, Real, Real, const Real*, Real*, Real*, bf16*);                                  \

@@ -82,6 +82,11 @@ void linear_backward_weight(Precision precision, const char* name, int64_t T, in
 template <class Real>
 void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
                            int64_t n_out, ProductRows<Real> dy, const Real* W, Real* dx);
+// dx = dy·W with the epilogue, from dy as it is stored into dx as it is stored.
+template <class Real>
+void linear_backward_input(Precision precision, const char* name, int64_t T, int64_t n_in,
+                           int64_t n_out, ProductRows<Real> dy, const Real* W, ProductRows<Real> dx,
+                           const ProductEpilogue<Real>& epilogue);
 
 // --- Norms and the residual stream ([T, d] rows). ---------------------------------------------
 
@@ -108,13 +113,15 @@ void residual_mix_forward(int64_t T, int64_t d, const Real* x_prev, const Real* 
                           const Real* x0, Real l0, Real l1, Real* x_in, Real* x_mix, Real* x_res,
                           Real* norm, Real* rstd, bf16* norm_rounded = nullptr);
 // Backward of the mix. dx holds d(x_mix) on entry and d(x_prev) on return; dx0 += λ1·dx_mix
-// (x0 null: no mixing, dx0 untouched), dskip_src += skip·d(x_in) (if skip_src). Returns
+// (x0 null: no mixing, dx0 untouched), dskip_src += skip·d(x_in) (if skip_src); dx_rounded =
+// d(x_prev) rounded to bf16, if not null (float only: as rmsnorm_rows_backward's). Returns
 // Σ d(x_mix)·x_in, Σ d(x_mix)·x0 (the lambdas' gradients; 0 without x0) and Σ d(x_in)·skip_src
 // (the skip weight's).
 template <class Real>
 std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_in, const Real* x0,
                                             const Real* skip_src, Real skip, Real l0, Real l1,
-                                            Real* dx, Real* dx0, Real* dskip_src);
+                                            Real* dx, Real* dx0, Real* dskip_src,
+                                            bf16* dx_rounded = nullptr);
 
 // y = rmsnorm(x) (and copy = x, if not null: the residual a branch adds to in place, as the
 // experts' combine does; y_rounded = y rounded to bf16, if not null, float only: the rows the
@@ -122,13 +129,16 @@ std::array<double, 3> residual_mix_backward(int64_t T, int64_t d, const Real* x_
 template <class Real>
 void rmsnorm_rows_forward(const char* name, int64_t T, int64_t d, const Real* x, Real* y,
                           Real* rstd, Real* copy = nullptr, bf16* y_rounded = nullptr);
-// dx = rmsnorm'(dy) (accumulate: dx += rmsnorm'(dy)), by rows.
+// dx = rmsnorm'(dy) (accumulate: dx += rmsnorm'(dy)), by rows; dx_rounded = the new dx rounded
+// to bf16, if not null (float only): for products that read dx next and round it as they pack
+// it, here while its rows are still in cache.
 template <class Real>
 void rmsnorm_rows_backward(const char* name, int64_t T, int64_t d, const Real* y, const Real* rstd,
-                           const Real* dy, Real* dx, bool accumulate);
-// dx += ds: a skip's gradient joins the residual's.
+                           const Real* dy, Real* dx, bool accumulate, bf16* dx_rounded = nullptr);
+// dx += ds: a skip's gradient joins the residual's (dx_rounded: as rmsnorm_rows_backward's).
 template <class Real>
-void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx);
+void add_rows(const char* name, int64_t T, int64_t d, const Real* ds, Real* dx,
+              bf16* dx_rounded = nullptr);
 
 // --- Attention's inputs. ----------------------------------------------------------------------
 

@@ -273,6 +273,7 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len, bool cached) {
   }
   resize(dqkv_, T * s.row());
   if (product_rows_rounded()) resize(dqkv_rounded_, T * s.row());
+  if (product_rows_rounded()) resize(dx_rounded_, T * d);
   resize(dattn_, T * HD);
   resize(dnorm_, T * d);
   if (!config_.moe_layers.empty()) {
@@ -310,7 +311,7 @@ size_t GptT<Real>::activation_bytes() const {
     total += bytes_of(*v);
   }
   for (const AlignedVector<Real>& v : dskip_) total += bytes_of(v);
-  return total + bytes_of(dh_rounded_) + bytes_of(dqkv_rounded_);
+  return total + bytes_of(dh_rounded_) + bytes_of(dqkv_rounded_) + bytes_of(dx_rounded_);
 }
 
 template <class Real>
@@ -364,6 +365,12 @@ ProductRows<Real> GptT<Real>::hidden_gradient() {
 template <class Real>
 ProductRows<Real> GptT<Real>::qkv_gradient() {
   return rows_as_stored(product_rows_rounded(), dqkv_, dqkv_rounded_);
+}
+
+template <class Real>
+ProductRows<Real> GptT<Real>::dx_as_products_read(Real* dx) {
+  if (product_rows_rounded()) return {nullptr, dx_rounded_.data()};
+  return {dx, nullptr};
 }
 
 template <class Real>
@@ -753,8 +760,17 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
   }
   stage_done(0);
   Real* dx = dx_.data();
+  // The products that read dx next (a dense MLP's c_proj, then attention's) read it as
+  // dx_as_products_read gives it: rounded, with bf16 products, by the pass that finishes dx
+  // before them. For block `layer`'s MLP that is the skip's add where the block has one
+  // (by_skip), else the pass before (the final norm's backward, the next block's mix).
+  const auto rounded_for_mlp = [&](int64_t layer, bool by_skip) -> bf16* {
+    const bool skip_add = config_.unet_skips && layer < n;
+    if (layer < 0 || skip_add != by_skip || config_.is_moe_layer(layer)) return nullptr;
+    return dx_as_products_read(dx).rounded;
+  };
   rmsnorm_rows_backward("final_norm.bwd", T, d, final_norm_.data(), rstd_final_.data(),
-                        dnorm_.data(), dx, false);
+                        dnorm_.data(), dx, false, rounded_for_mlp(L - 1, false));
   std::fill(dx0_.begin(), dx0_.end(), Real(0));
   for (auto& s : dskip_) std::fill(s.begin(), s.end(), Real(0));
 
@@ -765,7 +781,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     const BlockWeights<Real>& g = g_.blocks[static_cast<size_t>(i)];
     // dx is the gradient of this block's output; the first half's outputs also fed a skip.
     if (config_.unet_skips && i < n)
-      add_rows("skip.bwd", T, d, dskip_[static_cast<size_t>(i)].data(), dx);
+      add_rows("skip.bwd", T, d, dskip_[static_cast<size_t>(i)].data(), dx,
+               rounded_for_mlp(i, true));
 
     // MLP: x_out = x_attn + relu²(norm2·c_fcᵀ)·mlp_projᵀ. dh is the gradient of c_fc's
     // output: that of h times relu²'s derivative (from h), in the product's epilogue; only
@@ -797,26 +814,31 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       model_moe_gather_backward(A.plan, d, dxe_.data(), dnorm_.data());
     } else {
       const ProductRows<Real> h = hidden(stored);
+      // The weight gradient reads dx in fp32: packed transposed from the rounded rows it ran
+      // slower on Zen 5 (323.7 against 296.7 ms per 4 steps of the cpu preset, 6 pairs).
       linear_backward_weight(precision_, "mlp.c_proj.dW", T, 4 * d, d, dx, h, g.mlp_proj);
       ProductEpilogue<Real> relu2_grad;
       relu2_grad.relu_squared_output = h.values;
       relu2_grad.relu_squared_output_rounded = h.rounded;
       relu2_grad.ld = 4 * d;
       const ProductRows<Real> dh = hidden_gradient();
-      linear_backward_input(precision_, "mlp.c_proj.dX.relu2_bwd", T, 4 * d, d, dx, w.mlp_proj, dh,
-                            relu2_grad);
+      linear_backward_input(precision_, "mlp.c_proj.dX.relu2_bwd", T, 4 * d, d,
+                            dx_as_products_read(dx), w.mlp_proj, dh, relu2_grad);
       linear_backward_weight(precision_, "mlp.c_fc.dW", T, d, 4 * d, dh, norm2_rows(stored),
                              g.c_fc);
       linear_backward_input(precision_, "mlp.c_fc.dX", T, d, 4 * d, dh, w.c_fc, dnorm_.data());
     }
-    rmsnorm_rows_backward("norm2.bwd", T, d, A.norm2.data(), A.rstd2.data(), dnorm_.data(), dx,
-                          true);
     // dx is now d(x_attn).
+    const bool attention = config_.has_attention(i);
+    const ProductRows<Real> dx_attn = dx_as_products_read(dx);
+    rmsnorm_rows_backward("norm2.bwd", T, d, A.norm2.data(), A.rstd2.data(), dnorm_.data(), dx,
+                          true, attention ? dx_attn.rounded : nullptr);
 
-    if (config_.has_attention(i)) {
-      linear_backward_weight(precision_, "attn.c_proj.dW", T, HD, d, dx, A.attn_out.data(),
+    if (attention) {
+      linear_backward_weight(precision_, "attn.c_proj.dW", T, HD, d, dx_attn, A.attn_out.data(),
                              g.attn_proj);
-      linear_backward_input(precision_, "attn.c_proj.dX", T, HD, d, dx, w.attn_proj, dattn_.data());
+      linear_backward_input(precision_, "attn.c_proj.dX", T, HD, d, dx_attn, w.attn_proj,
+                            dattn_.data());
       Real* dq = dqkv_.data();
       model_attention_backward(attention_args(i, A, window_blocks_, nullptr, 0, T),
                                A.attn_out.data(), A.lse.data(), dattn_.data(), dq,
@@ -842,9 +864,10 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     const Real skip = skipped ? w_.skip_weights[i - n] : Real(0);
     Real* dskip_src = skipped ? dskip_[static_cast<size_t>(L - 1 - i)].data() : nullptr;
     const bool mix = config_.x0_mixing;
-    const std::array<double, 3> sums = residual_mix_backward(
-        T, d, A.x_in.data(), mix ? x0_.data() : nullptr, skip_src, skip,
-        mix ? w.lambdas[0] : Real(1), mix ? w.lambdas[1] : Real(0), dx, dx0_.data(), dskip_src);
+    const std::array<double, 3> sums =
+        residual_mix_backward(T, d, A.x_in.data(), mix ? x0_.data() : nullptr, skip_src, skip,
+                              mix ? w.lambdas[0] : Real(1), mix ? w.lambdas[1] : Real(0), dx,
+                              dx0_.data(), dskip_src, rounded_for_mlp(i - 1, false));
     if (mix) {
       g.lambdas[0] += static_cast<Real>(sums[0]);
       g.lambdas[1] += static_cast<Real>(sums[1]);

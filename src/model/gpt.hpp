@@ -291,12 +291,18 @@ class GptT {
   // products on float, qk_norm.rotary.v_mix's backward writes it here, rounded, and dqkv_ keeps
   // attention's gradients (qkv_gradient()).
   AlignedVector<bf16> dqkv_rounded_;
+  // dx rounded, for the two products that read it next and nothing else of it (the MLP's
+  // c_proj, then attention's): with bf16 products on float, the pass that finishes dx before
+  // them writes it (dx_as_products_read()).
+  AlignedVector<bf16> dx_rounded_;
   AlignedVector<Real> dye_, dhe_, dxe_, dgates_, dlogits_;  // MoE blocks'
   std::vector<AlignedVector<Real>> dskip_;
   // Whether activations and gradients that only products read are stored rounded to bf16
   // (ProductRows): with bf16 products on float.
   bool product_rows_rounded() const;
   ProductRows<Real> hidden(LayerActivations& A) const;  // the MLP's h
+  // dx as the products after it read it: dx itself, or dx_rounded_.
+  ProductRows<Real> dx_as_products_read(Real* dx);
   // The norms' rows as the products read them (rounded with bf16 products on float).
   ProductRows<Real> norm1_rows(LayerActivations& A) const;
   ProductRows<Real> norm2_rows(LayerActivations& A) const;
