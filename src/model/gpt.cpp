@@ -828,7 +828,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                              g.c_fc);
       linear_backward_input(precision_, "mlp.c_fc.dX", T, d, 4 * d, dh, w.c_fc, dnorm_.data());
     }
-    // dx is now d(x_attn).
+    // norm2's backward makes dx d(x_attn), and rounds it for attention's projection.
     const bool attention = config_.has_attention(i);
     const ProductRows<Real> dx_attn = dx_as_products_read(dx);
     rmsnorm_rows_backward("norm2.bwd", T, d, A.norm2.data(), A.rstd2.data(), dnorm_.data(), dx,
