@@ -113,6 +113,48 @@ TEST(Adam, BitwiseIdenticalAcrossThreadCounts) {
   EXPECT_EQ(run(1), run(2));
 }
 
+// adam_update runs the clone for this CPU's widest vectors (on AVX-512, 16 lanes with a masked
+// or scalar tail); a plain loop of the same operations, one element at a time, must give its
+// bits exactly: no clone may fuse a multiply into an add or reorder an operation.
+TEST(Adam, VectorClonesGiveTheScalarLoopsBits) {
+  const int64_t n = 3 * 65536 + 37;  // whole chunks, and a chunk whose vectors end ragged
+  const AdamConfig config;
+  const double lr = 0.02;
+  auto p = random_vector(n, 5, 1.0f);
+  auto want_p = p;
+  std::vector<float> m(n, 0.0f), v(n, 0.0f), want_m(n, 0.0f), want_v(n, 0.0f);
+  for (int64_t step = 1; step <= 3; ++step) {
+    const auto g = random_vector(n, 20 + static_cast<uint32_t>(step), 0.1f);
+    adam_update(p.data(), g.data(), m.data(), v.data(), n, lr, config, step);
+    const double s = static_cast<double>(step);
+    const float neg_step_size = static_cast<float>(-(lr / (1.0 - std::pow(config.beta1, s))));
+    const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(config.beta2, s)));
+    const float b1 = static_cast<float>(config.beta1), b2 = static_cast<float>(config.beta2);
+    const float c1 = static_cast<float>(1.0 - config.beta1);
+    const float c2 = static_cast<float>(1.0 - config.beta2);
+    const float eps = static_cast<float>(config.eps);
+    for (size_t i = 0; i < want_p.size(); ++i) {
+      // The tests are built for the baseline ISA, which has no FMA: each operation rounds.
+      const float m1 = b1 * want_m[i];
+      const float m2 = c1 * g[i];
+      want_m[i] = m1 + m2;
+      const float v1 = b2 * want_v[i];
+      const float v2 = c2 * g[i];
+      const float v3 = v2 * g[i];
+      want_v[i] = v1 + v3;
+      const float root = std::sqrt(want_v[i]);
+      const float scaled = root / bc2_sqrt;
+      const float denom = scaled + eps;
+      const float num = neg_step_size * want_m[i];
+      const float update = num / denom;
+      want_p[i] = want_p[i] + update;
+    }
+  }
+  EXPECT_EQ(p, want_p);
+  EXPECT_EQ(m, want_m);
+  EXPECT_EQ(v, want_v);
+}
+
 TEST(Adam, RejectsStepZero) {
   std::vector<float> p(4, 1.0f), g(4, 0.5f), m(4, 0.0f), v(4, 0.0f);
   EXPECT_THROW(adam_update(p.data(), g.data(), m.data(), v.data(), 4, 0.1, AdamConfig{}, 0), Error);
