@@ -34,16 +34,12 @@
 #include "kernels/dot.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/tile_gemm.hpp"
-#include "kernels/prefetch.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
 namespace {
-
-// How many rows ahead of Delta's dot product the output's rows are asked for.
-constexpr int64_t kDeltaRowsAhead = 4;
 
 // Each query tile's key range (AttentionMask::key_tiles) and, per key tile, how many of those
 // ranges hold it: a key tile's task computes dS for at most that many query tiles per head.
@@ -194,13 +190,6 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       }
       float* rounded = rounded_dout[static_cast<size_t>(worker)].data();
       for (int64_t i = t0; i < t0 + n; ++i) {
-        // out was written by the forward long ago and is read here first, a head's D floats a
-        // row at the heads' stride, which the hardware prefetcher does not follow in time: the
-        // rows a few ahead are asked for (attention.bwd 826.8 -> 808.8 ms per 4 steps of the
-        // cpu preset, 12 pairs on Zen 4; asking for the task's whole block up front did worse).
-        if (i + kDeltaRowsAhead < t0 + n) {
-          prefetch_lines(out + (i + kDeltaRowsAhead) * hd + h * D, D * sizeof(float));
-        }
         const float* dout_row = dout + i * hd + h * D;
         if (bf16_operands) {
           round_row_to_bf16(dout_row, D, rounded);

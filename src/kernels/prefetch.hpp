@@ -1,6 +1,5 @@
-// Asking for memory before it is read, where the hardware prefetcher cannot guess the address
-// or does not follow it in time: a row picked by a token (the value embeddings' rows in the
-// attention's q/k/v passes), a head's part of rows at the heads' stride (attention's Delta).
+// Asking for memory before it is read, where the hardware prefetcher cannot guess the address:
+// a row picked by a token (the value embeddings' rows in the attention's q/k/v passes).
 #pragma once
 
 #include <cstddef>
