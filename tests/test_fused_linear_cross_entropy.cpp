@@ -694,6 +694,46 @@ TEST(FusedLinearCrossEntropy, DxOverSeveralRowBlocksGivesTheBitsOfOneBlock) {
   }
 }
 
+TEST(FusedLinearCrossEntropy, KeptBuffersGiveTheBitsOfTheCallsOwn) {
+  // One FusedLossBuffers through calls of other sizes and other weights, as a model keeps it
+  // from step to step: each call fills it again (packed W for the logits and for dx, with fp8
+  // the rounded W and x), so each gives the bits of a call with memory of its own. Two calls of
+  // one shape with different W and x catch a copy left over from the call before.
+  struct Call {
+    int64_t T, d, V;
+    uint32_t seed;
+  };
+  const Call calls[] = {
+      {300, 64, 1000, 1}, {300, 64, 1000, 2}, {129, 24, 384, 3}, {300, 64, 1000, 4}};
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    for (bool fp8 : {false, true}) {
+      FusedLossBuffers kept;
+      for (const Call& call : calls) {
+        const Problem pr = make_problem(call.T, call.d, call.V, 20.0f, 1000 + call.seed);
+        FusedLossParams p = pr.params();
+        p.precision = precision;
+        p.fp8 = fp8;
+        p.loss_scale = 1.0f / static_cast<float>(call.T);
+        p.row_block = 64;  // several row blocks: dx reads W packed by the call
+        const std::string label = describe(p) + " seed " + std::to_string(call.seed);
+        const Outputs own = run_fused(pr, p, 1e-3, call.seed);
+        p.buffers = &kept;
+        const Outputs with_kept = run_fused(pr, p, 1e-3, call.seed);
+        EXPECT_EQ(with_kept.per_token, own.per_token) << label;
+        EXPECT_EQ(with_kept.forward_total, own.forward_total) << label;
+        EXPECT_EQ(with_kept.backward_total, own.backward_total) << label;
+        EXPECT_EQ(with_kept.dx, own.dx) << label;
+        EXPECT_EQ(with_kept.dW, own.dW) << label;
+        for (float v : own.dx) ASSERT_TRUE(std::isfinite(v)) << label;
+        // The copies were made in the kept buffers, not in memory of the call's own.
+        EXPECT_GE(kept.logits_w.bytes(), static_cast<size_t>(call.V * call.d) * 2) << label;
+        EXPECT_GE(kept.dx_w.bytes(), static_cast<size_t>(call.V * call.d) * 2) << label;
+        EXPECT_EQ(kept.w_e4m3.capacity() > 0, fp8) << label;
+      }
+    }
+  }
+}
+
 TEST(FusedLinearCrossEntropy, UnfusedAgreesWithFused) {
   Observed seen;
   for (bool fp8 : {false, true}) {

@@ -42,13 +42,21 @@ void empty_process_default() {
   ASSERT_EQ(Workspace::process_default().bytes_held(), 0u);
 }
 
-TEST(GptMemory, KernelScratchLivesInTheModelsWorkspace) {
+// fn(config) with the micro model's config in fp32 and in bf16, on a pool of two threads.
+template <class Fn>
+void in_each_precision(Fn&& fn) {
   for (const char* precision : {"fp32", "bf16"}) {
     SCOPED_TRACE(precision);
     ThreadPool pool(2);
     ThreadPool::Use use(pool);
     Config c = micro_config();
     set_config_value(c, std::string("precision=") + precision);
+    fn(c);
+  }
+}
+
+TEST(GptMemory, KernelScratchLivesInTheModelsWorkspace) {
+  in_each_precision([](const Config& c) {
     Gpt model(c);
     model.init_parameters(3);
     EXPECT_EQ(model.workspace().bytes_held(), 0u) << "nothing is held before the first call";
@@ -84,7 +92,38 @@ TEST(GptMemory, KernelScratchLivesInTheModelsWorkspace) {
     EXPECT_EQ(moved.workspace().bytes_held(), 0u);
     Gpt other(c);
     EXPECT_NE(&other.workspace(), workspace) << "each model has its own";
-  }
+  });
+}
+
+// The fused loss's copies of the head (W packed for the logits and, with the FP8 head, W
+// rounded first) are the model's, counted in packed_weight_bytes, made again into the same
+// memory at every step: a step after the weights changed gives the gradients of a fresh model
+// with those weights, and holds no more than the step before.
+TEST(GptMemory, TheLossKeepsItsCopiesOfTheHeadInTheModel) {
+  in_each_precision([](Config c) {
+    set_config_value(c, "fp8_head=true");
+    Gpt model(c);
+    model.init_parameters(3);
+    const Batch b = batch_of(256, 7);
+    model.zero_grads();
+    model.forward_backward(b.inputs, b.targets, 1, 1.0f / 256, 128);
+    const size_t held = model.packed_weight_bytes();
+    // At least W rounded in floats and packed once (bf16: half as many bytes again).
+    const size_t head = static_cast<size_t>(c.vocab_padded() * c.model_dim);
+    EXPECT_GE(held, head * sizeof(float) + head * 2);
+
+    // New weights, as after an optimizer step, then a step against a fresh model's.
+    Rng rng(8);
+    for (float& p : model.params().values()) p += static_cast<float>(0.05 * rng.normal());
+    model.zero_grads();
+    const double loss = model.forward_backward(b.inputs, b.targets, 1, 1.0f / 256, 128);
+    EXPECT_EQ(model.packed_weight_bytes(), held) << "made again in place, not a second copy";
+    Gpt fresh(c);
+    fresh.params().values() = model.params().values();
+    fresh.zero_grads();
+    EXPECT_EQ(fresh.forward_backward(b.inputs, b.targets, 1, 1.0f / 256, 128), loss);
+    EXPECT_TRUE(fresh.grads() == model.grads()) << "a step used a stale copy of the head";
+  });
 }
 
 // The README's count (docs/ARCHITECTURE.md, "Memory"): per token, each layer keeps 9·d + 1

@@ -50,6 +50,7 @@ std::vector<float> ModelScorer::head_logprobs(const float* rows, std::span<const
   p.x = rows;
   p.W = model_.weights().lm_head;
   p.W_packed = model_.packed_head();
+  p.buffers = &model_.loss_buffers();
   p.targets = targets.data();
   p.softcap = static_cast<float>(c.logit_softcap);
   p.softcap_divisor = static_cast<float>(7.5 * std::sqrt(static_cast<double>(c.model_dim)));

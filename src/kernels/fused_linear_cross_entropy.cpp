@@ -477,20 +477,21 @@ class FusedHead {
         logit_rows_(c.logit_rows),
         // Uninitialized: the logits GEMM writes every element before anything reads it.
         logits_(logits_workspace(c.logit_rows * c.ld)),
-        loss_(static_cast<size_t>(c.rows)) {
+        loss_(static_cast<size_t>(c.rows)),
+        buffers_(p.buffers != nullptr ? *p.buffers : own_buffers_) {
     if (c.fp8) {
       // Not zeroed: every element is written before it is read (zeroing the speedrun head's
       // 154 MB copy cost a pass over it per call).
-      float* w =
-          static_cast<float*>(w_rounded_.reserve(static_cast<size_t>(c.V * c.d) * sizeof(float)));
+      float* w = static_cast<float*>(
+          buffers_.w_e4m3.reserve(static_cast<size_t>(c.V * c.d) * sizeof(float)));
       round_e4m3_matrix(p.W, w, c.V * c.d, c.w_scale);
       weights_ = w;
-      x_rounded_.reserve(static_cast<size_t>(c.rows * c.d) * sizeof(float));
+      buffers_.x_e4m3.reserve(static_cast<size_t>(c.rows * c.d) * sizeof(float));
     }
     packed_ = packed_weights(p, c);
     if (packed_ == nullptr) {
-      pack_matmul_b(p.precision, Trans::kYes, c.d, c.V, weights_, c.d, own_packed_);
-      packed_ = &own_packed_;
+      pack_matmul_b(p.precision, Trans::kYes, c.d, c.V, weights_, c.d, buffers_.logits_w);
+      packed_ = &buffers_.logits_w;
     }
     // Blocks shorter than the gradient block: whole tiles of the kernel W was packed for,
     // unless the caller chose the rows.
@@ -519,8 +520,8 @@ class FusedHead {
     // with it packed). The packed copy gives the product's bits (kernels/gemm/packed_b.hpp).
     const PackedB* dx_weights = nullptr;
     if (dx != nullptr && c_.rows < c_.T) {
-      pack_matmul_b(p_.precision, Trans::kNo, c_.V, c_.d, weights_, c_.d, dx_packed_);
-      dx_weights = &dx_packed_;
+      pack_matmul_b(p_.precision, Trans::kNo, c_.V, c_.d, weights_, c_.d, buffers_.dx_w);
+      dx_weights = &buffers_.dx_w;
     }
     double total = 0.0;
     for (int64_t r0 = 0; r0 < c_.T; r0 += c_.rows) {
@@ -595,23 +596,22 @@ class FusedHead {
   const float* block_inputs(int64_t r0, int64_t rows) {
     const float* xb = p_.x + r0 * c_.d;
     if (!c_.fp8) return xb;
-    round_e4m3_matrix(xb, x_rounded_.floats(), rows * c_.d, c_.x_scale);
-    return x_rounded_.floats();
+    round_e4m3_matrix(xb, buffers_.x_e4m3.floats(), rows * c_.d, c_.x_scale);
+    return buffers_.x_e4m3.floats();
   }
 
   const Config& c_;
   const FusedLossParams& p_;
   const float* weights_;
-  const PackedB* packed_ = nullptr;  // W packed for the logits: the caller's, or own_packed_
-  PackedB own_packed_;
-  PackedB dx_packed_;                    // W packed for dx over several row blocks (run)
-  int64_t logit_rows_;                   // rows per logits block
-  float* logits_;                        // [logit_rows, ld]
-  bf16* grad16_ = nullptr;               // the block's gradients with bf16 products, [rows, ld]
-  float* grad32_ = nullptr;              // the same with fp32 products
-  std::optional<KeptRows> kept_;         // with gradients
-  std::vector<double> loss_;             // [rows]
-  AlignedBuffer w_rounded_, x_rounded_;  // with fp8: W (V × d) and a block's x, rounded
+  const PackedB* packed_ = nullptr;  // W packed for the logits: the caller's, or buffers_'
+  int64_t logit_rows_;               // rows per logits block
+  float* logits_;                    // [logit_rows, ld]
+  bf16* grad16_ = nullptr;           // the block's gradients with bf16 products, [rows, ld]
+  float* grad32_ = nullptr;          // the same with fp32 products
+  std::optional<KeptRows> kept_;     // with gradients
+  std::vector<double> loss_;         // [rows]
+  FusedLossBuffers own_buffers_;     // the call's own, when the caller keeps none
+  FusedLossBuffers& buffers_;        // the caller's, or own_buffers_
 };
 
 // The head's operands as the products see them: the inputs themselves, or with the FP8 head

@@ -24,10 +24,12 @@
 // workspace): the logits, logit_rows × ld floats; in the backward, the gradient block, row_block ×
 // ld values (bf16 with bf16 products, else fp32), and per thread two rows of V floats that the
 // pass summing a row's exponentials keeps for its gradient; and 8 bytes of loss per row of a
-// block. For the call alone: W packed for the logits (V×d values, bf16 or fp32) unless the caller
-// passed it; W packed again for dx's products when there is more than one row block (V×d values);
-// with fp8, the rounded W (V×d floats; rounding per block instead would redo it for every row
-// block) and the rounded rows of one block (row_block × d floats). Not counted: the GEMM's packing
+// block. Filled on every call, in the caller's FusedLossBuffers if it gives one (kept for the
+// next call), else for the call alone: W packed for the logits (V×d values, bf16 or fp32)
+// unless the caller passed it packed; W packed again for dx's products when there is more than
+// one row block (V×d values); with fp8, the rounded W (V×d floats; rounding per block instead
+// would redo it for every row block) and the rounded rows of one block (row_block × d floats).
+// Not counted: the GEMM's packing
 // buffers, which it keeps in the same workspace for later calls: a packed copy of a product's whole
 // A operand, for dx and dW the block's g (as large as the gradient block), and at most ~4 MiB of
 // packed B. So O(V·d + row_block·(V + d)), and nothing of size T×V unless T <= row_block.
@@ -44,6 +46,20 @@
 
 namespace nanogpt {
 
+// The copies of W (and, with fp8, of x) a call makes and fills again on every call, for a
+// caller that calls many times to keep: memory taken for one call comes from fresh pages, which
+// the kernel faults in and zeroes one by one. The speedrun's FP8 head (V = 50304, d = 768: 154
+// MB of rounded W, 77 MB for each packing) spent 514 ms of a 5.37 s backward on that, 37 ms with
+// the buffers kept (AMD EPYC Zen 4, 2 threads; bench/README.md). The model keeps one (GptT).
+struct FusedLossBuffers {
+  PackedB logits_w;              // W packed for the logits, unless the caller passed W_packed
+  PackedB dx_w;                  // W packed for dx, with several row blocks
+  AlignedBuffer w_e4m3, x_e4m3;  // with fp8: W (V × d) and a block's rows of x, rounded
+  size_t bytes() const {
+    return logits_w.bytes() + dx_w.bytes() + w_e4m3.capacity() + x_e4m3.capacity();
+  }
+};
+
 struct FusedLossParams {
   int64_t T = 0, d = 0, V = 0;  // rows, model dim, classes (= padded vocab)
   const float* x = nullptr;     // [T, d]
@@ -52,6 +68,9 @@ struct FusedLossParams {
   // V, W, d, ...)), for callers that run the same W many times (decoding, evaluation): the
   // logits then skip packing it, with the same bits. Not used with fp8 (W is rounded first).
   const PackedB* W_packed = nullptr;
+  // Optional: where the call makes its copies of W and x (see FusedLossBuffers); null: in
+  // memory of the call's own. The same bits either way.
+  FusedLossBuffers* buffers = nullptr;
   const int32_t* targets = nullptr;  // [T], each in [0, V)
   // y = softcap·σ(z / softcap_divisor); softcap 0 turns the cap off (y = z, plain cross-entropy).
   float softcap = 30.0f;

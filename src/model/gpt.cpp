@@ -727,6 +727,7 @@ double GptT<Real>::forward_loss(std::span<const int32_t> inputs, std::span<const
   LossArgs<Real> p =
       loss_params(config_, precision_, final_norm_.data(), w_.lm_head, targets.data(), T_);
   p.W_packed = packed_head();
+  p.buffers = &loss_buffers();
   apply_token_loss(token_loss, T_, p);
   return model_loss_forward(p, per_token);
 }
@@ -753,6 +754,7 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       loss_params(config_, precision_, final_norm_.data(), w_.lm_head, targets.data(), T);
   p.loss_scale = loss_scale;
   p.W_packed = packed_head();
+  p.buffers = &loss_buffers();
   apply_token_loss(token_loss, T, p);
   const double loss_sum = model_loss_backward(p, dnorm_.data(), g_.lm_head);
   if (!token_loss.final_norm_grad.empty()) {

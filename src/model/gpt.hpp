@@ -179,9 +179,13 @@ class GptT {
   // weights in a cached forward (model/packed_weights.hpp): null for the float64 model and with
   // the FP8 head (its W is rounded first).
   const PackedB* packed_head();
+  // Where the fused loss makes its per-call copies of the head (FusedLossParams::buffers): a
+  // caller running the head itself (evaluation's scorer) passes these too.
+  FusedLossBuffers& loss_buffers() { return loss_buffers_; }
   // Memory the packed weights take (packed on a cached forward's or packed_head()'s first use
-  // after the parameters changed).
-  size_t packed_weight_bytes() const { return packed_.bytes(); }
+  // after the parameters changed), and the copies of the head the fused loss fills on each call
+  // (loss_buffers_).
+  size_t packed_weight_bytes() const { return packed_.bytes() + loss_buffers_.bytes(); }
 
  private:
   struct LayerActivations {
@@ -258,6 +262,9 @@ class GptT {
   AlignedVector<Real> grads_;
   GptWeights<Real> w_, g_;  // views of params_ and grads_
   PackedWeights packed_;    // weights packed for cached forwards and the decoders' head
+  // The fused loss's copies of the head (W packed for dx; with the FP8 head, W rounded and
+  // packed for the logits too), made again on each call into memory kept here.
+  FusedLossBuffers loss_buffers_;
   RotaryTableT<Real> rotary_;
   int64_t T_ = 0;              // tokens in the last forward (all its sequences)
   int64_t window_blocks_ = 1;  // its long-layer window

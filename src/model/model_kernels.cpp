@@ -71,6 +71,7 @@ FusedLossParams loss_params(const LossArgs<float>& a) {
   p.x = a.x;
   p.W = a.W;
   p.W_packed = a.W_packed;
+  p.buffers = a.buffers;
   p.targets = a.targets;
   p.softcap = a.softcap;
   p.softcap_divisor = a.softcap_divisor;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/fused_linear_cross_entropy.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/moe_routing.hpp"
 
@@ -32,7 +33,8 @@ struct LossArgs {
   int64_t T = 0, d = 0, V = 0;
   const Real* x = nullptr;
   const Real* W = nullptr;
-  const PackedB* W_packed = nullptr;  // W packed for the logits (GptT::packed_head()), or null
+  const PackedB* W_packed = nullptr;    // W packed for the logits (GptT::packed_head()), or null
+  FusedLossBuffers* buffers = nullptr;  // kept between calls (FusedLossParams::buffers), or null
   const int32_t* targets = nullptr;
   float softcap = 30.0f, softcap_divisor = 1.0f;
   bool fp8 = false;
