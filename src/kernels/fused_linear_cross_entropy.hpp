@@ -29,10 +29,10 @@
 // unless the caller passed it packed; W packed again for dx's products when there is more than
 // one row block (V×d values); with fp8, the rounded W (V×d floats; rounding per block instead
 // would redo it for every row block) and the rounded rows of one block (row_block × d floats).
-// Not counted: the GEMM's packing
-// buffers, which it keeps in the same workspace for later calls: a packed copy of a product's whole
-// A operand, for dx and dW the block's g (as large as the gradient block), and at most ~4 MiB of
-// packed B. So O(V·d + row_block·(V + d)), and nothing of size T×V unless T <= row_block.
+// Not counted: the GEMM's packing buffers, which it keeps in the same workspace for later calls:
+// a packed copy of a product's whole A operand, for dx and dW the block's g (as large as the
+// gradient block), and at most ~4 MiB of packed B. So O(V·d + row_block·(V + d)), and nothing
+// of size T×V unless T <= row_block.
 //
 // Determinism: row blocks are visited in a fixed order, the GEMM splits work over output tiles
 // only, and the elementwise work is split over rows, each row done whole by one thread; the
@@ -49,8 +49,9 @@ namespace nanogpt {
 // The copies of W (and, with fp8, of x) a call makes and fills again on every call, for a
 // caller that calls many times to keep: memory taken for one call comes from fresh pages, which
 // the kernel faults in and zeroes one by one. The speedrun's FP8 head (V = 50304, d = 768: 154
-// MB of rounded W, 77 MB for each packing) spent 514 ms of a 5.37 s backward on that, 37 ms with
-// the buffers kept (AMD EPYC Zen 4, 2 threads; bench/README.md). The model keeps one (GptT).
+// MB of rounded W, 77 MB for each packing) spent about 520 ms of a 5.37 s backward making them,
+// 33 ms in memory kept from the call before (AMD EPYC Zen 4, 2 threads; bench/README.md). The
+// model keeps one (GptT::loss_buffers()).
 struct FusedLossBuffers {
   PackedB logits_w;              // W packed for the logits, unless the caller passed W_packed
   PackedB dx_w;                  // W packed for dx, with several row blocks
