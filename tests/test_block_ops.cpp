@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -184,10 +185,9 @@ TEST(BlockOps, BackwardPassesRoundTheDxTheyFinish) {
 }
 
 // Attention's inputs stored rounded only (bf16 training): the forward writes exactly
-// round_to_bf16 of the rows it writes in fp32, and the backward, recomputing the q, k rows from
-// raw, gives every output the bits it gives reading the fp32 rows (the gradient of raw, rounded
-// and in fp32, dve, and the lambdas' sums). Grouped-query heads, value embeddings, T past a
-// block of rows, positions past zero.
+// round_to_bf16 of the rows it writes in fp32; the backward's gradient of raw, asked for rounded,
+// is its fp32 gradient rounded, with the same dve and lambdas' sums. Grouped-query heads, value
+// embeddings, T past a block of rows, positions past zero.
 TEST(BlockOps, QkvStoredRoundedGivesTheBitsOfTheFp32Rows) {
   std::mt19937 rng(9079);
   const QkvShape s{4, 2, 16};
@@ -216,32 +216,93 @@ TEST(BlockOps, QkvStoredRoundedGivesTheBitsOfTheFp32Rows) {
 
   const std::vector<float> dqkv0 = random_values<float>(kT * row, rng);
   const std::vector<float> dve0 = random_values<float>(ve.size(), rng);
-  for (const bool rounded_gradient : {false, true}) {
-    std::vector<float> dqkv[2] = {dqkv0, dqkv0}, dve[2] = {dve0, dve0};
-    std::vector<bf16> draw[2] = {std::vector<bf16>(dqkv0.size()), std::vector<bf16>(dqkv0.size())};
-    std::array<double, 2> dla[2];
-    for (int stored = 0; stored < 2; ++stored) {
-      const size_t k = static_cast<size_t>(stored);
-      dla[k] = qk_norm_rotary_v_mix_backward(kT, s, rotary, pos.data(), tokens.data(), ve.data(),
-                                             dve[k].data(), la0, la1, raw.data(), rstd.data(),
-                                             stored == 0 ? qkv.data() : nullptr, dqkv[k].data(),
-                                             rounded_gradient ? draw[k].data() : nullptr);
-    }
-    const char* what = rounded_gradient ? "gradient of raw rounded" : "gradient of raw in fp32";
-    EXPECT_TRUE(same_bits(dqkv[0], dqkv[1])) << what;
-    EXPECT_TRUE(same_bits(dve[0], dve[1])) << what;
-    EXPECT_EQ(std::memcmp(draw[0].data(), draw[1].data(), draw[0].size() * sizeof(bf16)), 0)
-        << what;
-    EXPECT_EQ(dla[0][0], dla[1][0]) << what;
-    EXPECT_EQ(dla[0][1], dla[1][1]) << what;
-    // The pass really ran: the gradient of raw went where it was asked to.
-    if (rounded_gradient) {
-      const std::vector<bf16> zeros(draw[1].size());
-      EXPECT_NE(std::memcmp(zeros.data(), draw[1].data(), zeros.size() * sizeof(bf16)), 0);
-    } else {
-      EXPECT_FALSE(same_bits(dqkv0, dqkv[1]));
+  std::vector<float> dqkv[2] = {dqkv0, dqkv0}, dve[2] = {dve0, dve0};
+  std::vector<bf16> draw(dqkv0.size());
+  std::array<double, 2> dla[2];
+  for (int rounded = 0; rounded < 2; ++rounded) {
+    const size_t k = static_cast<size_t>(rounded);
+    dla[k] = qk_norm_rotary_v_mix_backward(kT, s, rotary, pos.data(), tokens.data(), ve.data(),
+                                           dve[k].data(), la0, la1, raw.data(), rstd.data(),
+                                           dqkv[k].data(), rounded != 0 ? draw.data() : nullptr);
+  }
+  // In fp32 the gradient of raw replaced dqkv; rounded, dqkv was only read.
+  EXPECT_FALSE(same_bits(dqkv0, dqkv[0]));
+  EXPECT_TRUE(same_bits(dqkv0, dqkv[1]));
+  round_to_bf16(dqkv[0].data(), static_cast<int64_t>(dqkv[0].size()), want.data());
+  EXPECT_EQ(std::memcmp(want.data(), draw.data(), want.size() * sizeof(bf16)), 0);
+  EXPECT_TRUE(same_bits(dve[0], dve[1]));
+  EXPECT_FALSE(same_bits(dve0, dve[1]));
+  EXPECT_EQ(dla[0][0], dla[1][0]);
+  EXPECT_EQ(dla[0][1], dla[1][1]);
+}
+
+// The q/k norm, RoPE and value mix's backward against central differences of its forward, in
+// double: for L = Σ G·qkv(raw, ve, λ0, λ1), the gradient of raw (every element), of the value
+// embedding (dve, accumulated from zero) and of the two lambdas. Grouped-query heads, repeated
+// tokens, positions past zero. With h = 1e-5 a difference is off by about h² times L's third
+// derivative plus 1e-16·|L|/h, far below the bound 1e-7·(1 + |gradient|).
+TEST(BlockOps, QkNormRotaryVMixBackwardIsTheForwardsGradient) {
+  std::mt19937 rng(9083);
+  const QkvShape s{4, 2, 8};
+  const int64_t T = 9, row = s.row(), heads = s.Hq + s.Hkv, V = 5, kv = s.kv_width();
+  const RotaryTableT<double> rotary(T + 4, s.D);
+  std::vector<int64_t> pos(T);
+  std::vector<int32_t> tokens(T);
+  for (int64_t t = 0; t < T; ++t) {
+    pos[static_cast<size_t>(t)] = (t * 3 + 1) % (T + 4);
+    tokens[static_cast<size_t>(t)] = static_cast<int32_t>((t * 2) % V);
+  }
+  std::vector<double> raw = random_values<double>(T * row, rng);
+  std::vector<double> ve = random_values<double>(V * kv, rng);
+  double la[2] = {0.7, 0.4};
+  const std::vector<double> G = random_values<double>(T * row, rng);
+  std::vector<double> rstd(T * heads), qkv(T * row);
+  const auto loss = [&] {
+    qk_norm_rotary_v_mix_forward(T, s, rotary, pos.data(), tokens.data(), ve.data(), la[0], la[1],
+                                 raw.data(), rstd.data(), qkv.data());
+    double sum = 0;
+    for (size_t i = 0; i < qkv.size(); ++i) sum += G[i] * qkv[i];
+    return sum;
+  };
+  loss();  // rstd for the backward
+  std::vector<double> draw = G, dve(ve.size(), 0.0);
+  const std::array<double, 2> dla =
+      qk_norm_rotary_v_mix_backward(T, s, rotary, pos.data(), tokens.data(), ve.data(), dve.data(),
+                                    la[0], la[1], raw.data(), rstd.data(), draw.data());
+  constexpr double kH = 1e-5;
+  const auto difference = [&](double& x) {
+    const double x0 = x;
+    x = x0 + kH;
+    const double up = loss();
+    x = x0 - kH;
+    const double down = loss();
+    x = x0;
+    return (up - down) / (2 * kH);
+  };
+  const auto near = [](double want, double got) {
+    return std::abs(want - got) <= 1e-7 * (1 + std::abs(want));
+  };
+  int wrong = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const double want = difference(raw[i]);
+    if (!near(want, draw[i]) && ++wrong <= 5) {
+      ADD_FAILURE() << "d raw[" << i << "] (token " << i / static_cast<size_t>(row) << ", column "
+                    << i % static_cast<size_t>(row) << "): differences " << want << ", backward "
+                    << draw[i];
     }
   }
+  for (size_t i = 0; i < ve.size(); ++i) {
+    const double want = difference(ve[i]);
+    if (!near(want, dve[i]) && ++wrong <= 5) {
+      ADD_FAILURE() << "d ve[" << i << "]: differences " << want << ", backward " << dve[i];
+    }
+  }
+  for (size_t l = 0; l < 2; ++l) {
+    const double want = difference(la[l]);
+    EXPECT_TRUE(near(want, dla[l]))
+        << "d lambda" << l << ": differences " << want << ", backward " << dla[l];
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 TEST(BlockOps, ResidualEpilogueInFloat64) {

@@ -156,14 +156,15 @@ void qk_norm_rotary_v_mix_forward(int64_t T, const QkvShape& s, const RotaryTabl
 // Backward: dqkv (attention's input gradients) becomes the gradient of raw, in place, or, where
 // dqkv_rounded is set, goes there rounded to bf16 and dqkv is only read (the gradient of raw is
 // read only by the qkv projection's products, which would round it as they pack it: half the
-// bytes, and the same bits); dve[tokens[t]] += λa1·dv (in token order). qkv is the forward's
-// output, or null where the forward stored it rounded only: then its q, k rows are recomputed
-// from raw as the forward computed them (the same bits). Returns Σ dv·v_raw and Σ dv·ve (the
-// attention lambdas' gradients).
+// bytes, and the same bits); dve[tokens[t]] += λa1·dv (in token order). The norm's outputs are
+// recomputed from raw and rstd_qk, so the forward's rows (stored in full or rounded) are not
+// read. Returns Σ dv·v_raw and Σ dv·ve (the attention lambdas' gradients).
 template <class Real>
-std::array<double, 2> qk_norm_rotary_v_mix_backward(
-    int64_t T, const QkvShape& s, const RotaryTableT<Real>& rotary, const int64_t* pos,
-    const int32_t* tokens, const Real* ve, Real* dve, Real la0, Real la1, const Real* raw,
-    const Real* rstd_qk, const Real* qkv, Real* dqkv, bf16* dqkv_rounded = nullptr);
+std::array<double, 2> qk_norm_rotary_v_mix_backward(int64_t T, const QkvShape& s,
+                                                    const RotaryTableT<Real>& rotary,
+                                                    const int64_t* pos, const int32_t* tokens,
+                                                    const Real* ve, Real* dve, Real la0, Real la1,
+                                                    const Real* raw, const Real* rstd_qk,
+                                                    Real* dqkv, bf16* dqkv_rounded = nullptr);
 
 }  // namespace nanogpt

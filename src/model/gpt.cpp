@@ -849,8 +849,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
       const ProductRows<Real> draw = qkv_gradient();
       const std::array<double, 2> dla = qk_norm_rotary_v_mix_backward(
           T, qkv, rotary_, pos_.data(), tokens_.data(), w.value_embed, g.value_embed,
-          w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(), A.rstd_qk.data(),
-          qkv_stored_rounded(false) ? nullptr : A.qkv.data(), dqkv_.data(), draw.rounded);
+          w.attn_lambdas[0], w.attn_lambdas[1], A.qkv_raw.data(), A.rstd_qk.data(), dqkv_.data(),
+          draw.rounded);
       g.attn_lambdas[0] += static_cast<Real>(dla[0]);
       g.attn_lambdas[1] += static_cast<Real>(dla[1]);
       linear_backward_weight(precision_, "attn.qkv.dW", T, d, qkv.row(), draw, norm1_rows(stored),
