@@ -58,6 +58,18 @@ NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const void
       t[r][1] = _mm512_dpbf16_ps(t[r][1], ar, b1);
     }
     if constexpr (kRowsA) {
+      // The driver calls the kernel down a column of micro-panels, so the next call reads the
+      // kMR rows below these, at the same k. Rows read in place are kMR streams lda apart, which
+      // the hardware prefetchers did not follow: on Zen 4 the broadcasts waited for their first
+      // reads (40% of kernel_a_rows' samples in a cpu-preset step). So each 64 bytes along the
+      // rows ask for the same line of the rows below, a whole tile (2,048 VDPBF16PS at K = 256)
+      // before it is read. Past the last panel the lines asked for go unused (a prefetch never
+      // faults). bench/README.md, 2026-12-07, a twenty-seventh session.
+      if ((kk & 15) == 0) {
+        for (int r = 0; r < kMR; ++r) {
+          _mm_prefetch(rows_at[r / 3] + (r % 3 + kMR) * lda_bytes, _MM_HINT_T0);
+        }
+      }
       for (const char*& p : rows_at) p += 4;
     }
   }
