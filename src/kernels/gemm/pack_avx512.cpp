@@ -7,6 +7,7 @@
 // by VCVTNE2PS2BF16, 32 values an instruction, bit for bit as to_bf16 (bf16.hpp) does it; the
 // fp32-layout packers, which also run on CPUs without it, round in integer arithmetic.
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/gemm/bf16_avx512.hpp"
 #include "kernels/gemm/pack.hpp"
@@ -289,6 +290,29 @@ NANOGPT_TARGET_AVX512BF16 void vnni_panels_across(const void* src_v, int64_t ld,
   }
 }
 
+// A 32-row VNNI micro-panel (a B panel of 32 columns) from bf16 rows contiguous in i, one k pair
+// a step: its two source rows are one 64-byte line each, and per 128-bit lane L
+// unpacklo/unpackhi interleave them into the pairs of rows 8L..8L+3 and 8L+4..8L+7, which two
+// permutes put in order: 8 instructions a k pair where load_block's 16-lane pairs take 14. It
+// packs a weight gradient's bf16 activations, and attention's Q and K as the right side of dK
+// and dQ, at every call.
+NANOGPT_AVX512BF16 void line_pairs_panel(const bf16* src, int64_t ld, int64_t valid,
+                                         int64_t k_valid, int64_t kp, uint32_t* out) {
+  const __mmask32 m = valid >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << valid) - 1);
+  const __m512i first_half = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i second_half = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  for (int64_t k = 0; k < kp; k += 2) {
+    // Rows past k_valid read nothing (a zero mask).
+    const __m512i r0 =
+        _mm512_maskz_loadu_epi16(k < k_valid ? m : 0, src + (k < k_valid ? k : 0) * ld);
+    const __m512i r1 =
+        _mm512_maskz_loadu_epi16(k + 1 < k_valid ? m : 0, src + (k + 1 < k_valid ? k + 1 : 0) * ld);
+    const __m512i lo = _mm512_unpacklo_epi16(r0, r1), hi = _mm512_unpackhi_epi16(r0, r1);
+    _mm512_storeu_si512(out + k / 2 * 32, _mm512_permutex2var_epi64(lo, first_half, hi));
+    _mm512_storeu_si512(out + k / 2 * 32 + 16, _mm512_permutex2var_epi64(lo, second_half, hi));
+  }
+}
+
 // One VNNI micro-panel of p rows of Y (layout::vnni_a with mr = p, or vnni_b seen transposed
 // with nr = p): per k pair, the p pairs of its rows, contiguous.
 template <class T, int kP>
@@ -303,6 +327,12 @@ NANOGPT_TARGET_AVX512BF16 void vnni_panel(const void* src_v, int64_t ld, Trans t
       half_rows_panel_transposed(src, ld, valid, k_valid, kp, out);
     }
     return;
+  }
+  if constexpr (kP == 32 && std::is_same_v<T, bf16>) {
+    if (trans == Trans::kYes) {
+      line_pairs_panel(src, ld, valid, k_valid, kp, out);
+      return;
+    }
   }
   for (int64_t k0 = 0; k0 < kp; k0 += 32) {
     const int64_t pairs = (kp - k0) / 2 < 16 ? (kp - k0) / 2 : 16;
