@@ -126,10 +126,11 @@ TEST(GptMemory, TheLossKeepsItsCopiesOfTheHeadInTheModel) {
   });
 }
 
-// The README's count (docs/ARCHITECTURE.md, "Memory"): per token, each layer keeps 9·d + 1
+// The README's count (docs/ARCHITECTURE.md, "Memory"): per token, each layer keeps 7·d + 1
 // floats for the residual stream and the MLP, and an attention layer d + 7·H·D + 3·H + 1 more;
-// the model keeps (9 + L/2)·d + 4·H·D + 2 floats of its own (x0, the final norm, the backward's
-// buffers, the U-net's skip gradients) and 16 bytes of token, document and position. With bf16
+// the model keeps (11 + L/2)·d + 4·H·D + 2 floats of its own (x0, the one x_mix and x_attn every
+// layer uses in turn, the final norm, the backward's buffers, the U-net's skip gradients) and 16
+// bytes of token, document and position. With bf16
 // products, h and dh are stored in bf16, 8·d·(L + 1) bytes fewer, and the qkv projection's
 // output gradient is kept rounded beside attention's, 2·3·H·D bytes more (H_kv = H), as are
 // the norms the products read: 2·d bytes more for each layer's norm2 and each attention layer's
@@ -143,9 +144,9 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   EXPECT_EQ(model.activation_bytes(), 0u);
   const int64_t T = 256, d = c.model_dim, HD = c.num_heads * c.head_dim, H = c.num_heads;
   const int64_t L = c.num_layers;
-  int64_t floats = (9 + L / 2) * d + 4 * HD + 2;
+  int64_t floats = (11 + L / 2) * d + 4 * HD + 2;
   for (int64_t i = 0; i < L; ++i) {
-    floats += 9 * d + 1;
+    floats += 7 * d + 1;
     if (c.has_attention(i)) floats += d + 7 * HD + 3 * H + 1;
   }
   const Batch b = batch_of(static_cast<size_t>(T), 9);
@@ -171,8 +172,9 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
 
 // A cached forward (decoding, scoring) keeps one block's activations, whichever layer runs, plus
 // each block's output and the model's own rows, and no backward buffers (docs/ARCHITECTURE.md,
-// "Memory"): with H_kv = H, 9·d + 7·H·D + 3·H + 2 floats for the block, L·d for the outputs,
-// 2·d + 2 for x0, the final norm and their rstd, and 16 bytes of token, document and position.
+// "Memory"): with H_kv = H, 7·d + 7·H·D + 3·H + 2 floats for the block, L·d for the outputs,
+// 4·d + 2 for x0, x_mix, x_attn, the final norm and their rstd, and 16 bytes of token, document
+// and position.
 TEST(GptMemory, ACachedForwardKeepsOneBlocksActivations) {
   Config c = micro_config();
   set_config_value(c, "precision=fp32");
@@ -180,7 +182,7 @@ TEST(GptMemory, ACachedForwardKeepsOneBlocksActivations) {
   model.init_parameters(3);
   const int64_t T = 96, d = c.model_dim, HD = c.num_heads * c.head_dim, H = c.num_heads;
   const int64_t L = c.num_layers;
-  const int64_t floats = 9 * d + 7 * HD + 3 * H + 2 + L * d + 2 * d + 2;
+  const int64_t floats = 7 * d + 7 * HD + 3 * H + 2 + L * d + 4 * d + 2;
   const Batch b = batch_of(static_cast<size_t>(T), 9);
   KvCache cache(c, T);
   model.forward_cached(b.inputs, 1, cache);

@@ -208,8 +208,6 @@ void GptT<Real>::size_block(LayerActivations& A, int64_t layer, int64_t T, bool 
   const QkvShape s = qkv_shape(config_);
   const int64_t d = config_.model_dim;
   resize(A.x_in, T * d);
-  resize(A.x_mix, T * d);
-  resize(A.x_attn, T * d);
   resize(A.norm2, T * d);
   resize(A.rstd2, T);
   if (config_.is_moe_layer(layer)) {
@@ -252,6 +250,8 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len, bool cached) {
   resize(pos_, T);
   resize(x0_, T * d);
   resize(rstd0_, T);
+  resize(x_mix_, T * d);
+  resize(x_attn_, T * d);
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     LayerActivations& A = layers_[static_cast<size_t>(i)];
     resize(A.x_out, T * d);
@@ -290,16 +290,16 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len, bool cached) {
 template <class Real>
 size_t GptT<Real>::activation_bytes() const {
   size_t total = bytes_of(tokens_) + bytes_of(doc_) + bytes_of(pos_) + bytes_of(x0_) +
-                 bytes_of(rstd0_) + bytes_of(final_norm_) + bytes_of(rstd_final_);
+                 bytes_of(rstd0_) + bytes_of(x_mix_) + bytes_of(x_attn_) + bytes_of(final_norm_) +
+                 bytes_of(rstd_final_);
   std::vector<const LayerActivations*> sets;
   for (const LayerActivations& A : layers_) sets.push_back(&A);
   sets.push_back(&inference_);
   for (const LayerActivations* set : sets) {
     const LayerActivations& A = *set;
     for (const AlignedVector<Real>* v :
-         {&A.x_in, &A.x_mix, &A.norm1, &A.rstd1, &A.qkv_raw, &A.rstd_qk, &A.qkv, &A.attn_out,
-          &A.lse, &A.x_attn, &A.norm2, &A.rstd2, &A.h, &A.x_out, &A.router_probs, &A.gates, &A.xe,
-          &A.he, &A.ye}) {
+         {&A.x_in, &A.norm1, &A.rstd1, &A.qkv_raw, &A.rstd_qk, &A.qkv, &A.attn_out, &A.lse,
+          &A.norm2, &A.rstd2, &A.h, &A.x_out, &A.router_probs, &A.gates, &A.xe, &A.he, &A.ye}) {
       total += bytes_of(*v);
     }
     total += bytes_of(A.h_rounded) + bytes_of(A.norm1_rounded) + bytes_of(A.norm2_rounded) +
@@ -596,7 +596,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
     // attention, x_attn is a copy of x_mix.
     residual_mix_forward(T, d, x, skip_src, skip, mix ? x0_.data() : nullptr,
                          mix ? w.lambdas[0] : Real(1), mix ? w.lambdas[1] : Real(0), A.x_in.data(),
-                         A.x_mix.data(), attention ? nullptr : A.x_attn.data(),
+                         x_mix_.data(), attention ? nullptr : x_attn_.data(),
                          attention ? A.norm1.data() : nullptr, A.rstd1.data(),
                          attention ? norm1_rows(A).rounded : nullptr);
     if (attention) {
@@ -614,14 +614,14 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
                                 A.attn_out.data(), A.lse.data());
       }
       ProductEpilogue<Real> onto_x_mix;
-      onto_x_mix.residual = A.x_mix.data();
+      onto_x_mix.residual = x_mix_.data();
       linear_forward(precision_, "attn.c_proj.fwd", T, HD, d, A.attn_out.data(), w.attn_proj,
-                     Real(0), A.x_attn.data(), onto_x_mix, packed_for(cached, w.attn_proj, d, HD));
+                     Real(0), x_attn_.data(), onto_x_mix, packed_for(cached, w.attn_proj, d, HD));
     }
     // x_out = x_attn + the MLP's projection, which adds x_attn in its epilogue; the experts'
     // combine adds to x_out in place, so a MoE block copies x_attn into it first.
     const bool moe = config_.is_moe_layer(i);
-    rmsnorm_rows_forward("norm2", T, d, A.x_attn.data(), A.norm2.data(), A.rstd2.data(),
+    rmsnorm_rows_forward("norm2", T, d, x_attn_.data(), A.norm2.data(), A.rstd2.data(),
                          moe ? x_out : nullptr, moe ? nullptr : norm2_rows(A).rounded);
     ProductEpilogue<Real> relu2;
     relu2.relu_squared = true;
@@ -646,7 +646,7 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
       linear_forward(precision_, "mlp.c_fc.fwd.relu2", T, d, 4 * d, norm2_rows(A), w.c_fc, h, relu2,
                      packed_for(cached, w.c_fc, 4 * d, d));
       ProductEpilogue<Real> onto_x_attn;
-      onto_x_attn.residual = A.x_attn.data();
+      onto_x_attn.residual = x_attn_.data();
       linear_forward(precision_, "mlp.c_proj.fwd", T, 4 * d, d, h, w.mlp_proj, Real(0), x_out,
                      onto_x_attn, packed_for(cached, w.mlp_proj, d, 4 * d));
     }

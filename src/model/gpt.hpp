@@ -190,8 +190,7 @@ class GptT {
  private:
   struct LayerActivations {
     AlignedVector<Real> x_in;     // [T, d] block input (after the skip)
-    AlignedVector<Real> x_mix;    // [T, d] λ0·x_in + λ1·x0 (x_in without x0_mixing)
-    AlignedVector<Real> norm1;    // [T, d] rmsnorm(x_mix)
+    AlignedVector<Real> norm1;    // [T, d] rmsnorm(x_mix_)
     AlignedVector<Real> rstd1;    // [T]
     AlignedVector<Real> qkv_raw;  // [T, (H + 2·H_kv)·D] qkv_w · norm1: q, k, v
     AlignedVector<Real> rstd_qk;  // [T, H + H_kv] per-head norms of q and k
@@ -202,7 +201,6 @@ class GptT {
     AlignedVector<bf16> qkv_rounded;
     AlignedVector<Real> attn_out;   // [T, H·D]
     AlignedVector<Real> lse;        // [H, T]
-    AlignedVector<Real> x_attn;     // [T, d] after the attention residual
     AlignedVector<Real> norm2;      // [T, d]
     AlignedVector<Real> rstd2;      // [T]
     AlignedVector<Real> h;          // [T, 4d] relu²(c_fc · norm2), or in h_rounded:
@@ -281,6 +279,11 @@ class GptT {
   std::vector<std::unique_ptr<ThreadPool>> single_pools_;
   std::vector<int64_t> pos_;  // each token's position in its sequence (RoPE)
   AlignedVector<Real> x0_, rstd0_;
+  // A block's x_mix = λ0·x_in + λ1·x0 (x_in without x0_mixing) and x_attn, the residual stream
+  // after attention, [T, d] each: read within the block that makes them (attention's and the
+  // MLP's projections add them in their epilogues, norm2 normalises x_attn) and by no backward,
+  // so one pair serves every layer instead of a pair per layer.
+  AlignedVector<Real> x_mix_, x_attn_;
   std::vector<LayerActivations> layers_;
   // A cached forward keeps no block's activations but its output (nothing differentiates it):
   // its dense blocks run one after another in this one set, so decoding and scoring touch a
