@@ -25,6 +25,12 @@ constexpr __mmask16 first_lanes(int64_t n) {
          : n <= 0 ? static_cast<__mmask16>(0)
                   : static_cast<__mmask16>((1u << n) - 1);
 }
+// The same for a vector's 32 lanes of 16 bits (bf16 loads).
+constexpr __mmask32 first_lanes32(int64_t n) {
+  return n >= 32  ? static_cast<__mmask32>(0xFFFFFFFFu)
+         : n <= 0 ? static_cast<__mmask32>(0)
+                  : static_cast<__mmask32>((1u << n) - 1);
+}
 }  // namespace nanogpt
 // Helpers of such functions, inlined into them (a target helper that is not inlined costs a
 // call per vector).

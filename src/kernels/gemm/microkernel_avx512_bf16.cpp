@@ -14,6 +14,7 @@
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/pack.hpp"
 #include "kernels/target.hpp"
+#include "runtime/aligned_memory.hpp"  // kCacheLine
 #include "runtime/cpu_info.hpp"
 
 NANOGPT_ALLOW_AVX512_INTRINSICS
@@ -65,7 +66,8 @@ NANOGPT_TARGET_AVX512BF16 NANOGPT_ALWAYS_INLINE void tile(int64_t kc, const void
       // rows ask for the same line of the rows below, a whole tile (2,048 VDPBF16PS at K = 256)
       // before it is read. Past the last panel the lines asked for go unused (a prefetch never
       // faults). bench/README.md, 2026-12-07, a twenty-seventh session.
-      if ((kk & 15) == 0) {
+      constexpr int64_t kPairsPerLine = kCacheLine / sizeof(int32_t);
+      if (kk % kPairsPerLine == 0) {
         for (int r = 0; r < kMR; ++r) {
           _mm_prefetch(rows_at[r / 3] + (r % 3 + kMR) * lda_bytes, _MM_HINT_T0);
         }

@@ -59,7 +59,7 @@ NANOGPT_AVX512BF16 __m512i load_pairs(const float* p, int64_t n) {
 }
 
 NANOGPT_AVX512BF16 __m512i load_pairs(const bf16* p, int64_t n) {
-  const __mmask32 m = n >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << n) - 1);
+  const __mmask32 m = first_lanes32(n);
   return _mm512_maskz_loadu_epi16(m, p);
 }
 
@@ -245,7 +245,7 @@ NANOGPT_AVX512BF16 void panels_of_line(__m512 r0, __m512 r1, __m512 r2, __m512 r
 // Rows [0, rows) of a line of Y at one k (the rest zero); nullptr: past k_valid, all zero.
 NANOGPT_AVX512BF16 __m512i line_row(const bf16* p, int64_t rows) {
   if (p == nullptr || rows <= 0) return _mm512_setzero_si512();
-  const __mmask32 m = rows >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << rows) - 1);
+  const __mmask32 m = first_lanes32(rows);
   return _mm512_maskz_loadu_epi16(m, p);
 }
 NANOGPT_AVX512BF16 __m512 line_row(const float* p, int64_t rows) {
@@ -298,7 +298,7 @@ NANOGPT_TARGET_AVX512BF16 void vnni_panels_across(const void* src_v, int64_t ld,
 // and dQ, at every call.
 NANOGPT_AVX512BF16 void line_pairs_panel(const bf16* src, int64_t ld, int64_t valid,
                                          int64_t k_valid, int64_t kp, uint32_t* out) {
-  const __mmask32 m = valid >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << valid) - 1);
+  const __mmask32 m = first_lanes32(valid);
   const __m512i first_half = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
   const __m512i second_half = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   for (int64_t k = 0; k < kp; k += 2) {
