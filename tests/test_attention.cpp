@@ -303,17 +303,31 @@ struct Outputs {
   Grads g;
 };
 
+// The forward's bf16 copy of out (out_rounded) holds out rounded, bit for bit.
+void expect_rounded_copy(const std::vector<float>& out, const std::vector<bf16>& rounded,
+                         const std::string& what) {
+  ASSERT_EQ(out.size(), rounded.size());
+  size_t wrong = 0, first = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (rounded[i].bits != to_bf16_bits(out[i]) && wrong++ == 0) first = i;
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": first at " << first << " of " << out.size();
+}
+
 // The kernels on `kernel`, or through the public entry points (the active kernel of
-// pr.params.precision) when it is null. Every output starts as NaN.
+// pr.params.precision) when it is null. Every output starts as NaN; the forward also writes
+// out rounded (out_rounded), checked against out.
 Outputs run_kernels(const Problem& pr, const MicroKernel* kernel, std::string* stray) {
   Outputs r;
   r.out.assign(static_cast<size_t>(pr.T * pr.H * pr.D), kNaN);
   r.lse.assign(static_cast<size_t>(pr.H * pr.T), kNaN);
+  std::vector<bf16> rounded(r.out.size(), bf16{0xFFFF});  // a NaN no rounding of out gives
   if (kernel != nullptr) {
-    attention_forward_with(*kernel, pr.params, r.out.data(), r.lse.data());
+    attention_forward_with(*kernel, pr.params, r.out.data(), r.lse.data(), rounded.data());
   } else {
-    attention_forward(pr.params, r.out.data(), r.lse.data());
+    attention_forward(pr.params, r.out.data(), r.lse.data(), rounded.data());
   }
+  expect_rounded_copy(r.out, rounded, kernel != nullptr ? kernel->isa : "active kernel");
   r.g = run_backward(
       pr,
       [&](float* dq, float* dk, float* dv) {
@@ -999,6 +1013,14 @@ TEST(Attention, DecodingOverCacheMatchesFullForward) {
         const std::string what = std::string(config.kernel.isa) +
                                  (config.precision == Precision::kBf16 ? " bf16" : " fp32") +
                                  " docs=" + name(docs) + " n=" + std::to_string(n);
+        if (n == 1) {
+          // The public entry takes one query without the tile products
+          // (attention_forward_one_query); its rounded copy is its out rounded too.
+          std::vector<float> one(dec.size(), kNaN), one_lse(dec_lse.size(), kNaN);
+          std::vector<bf16> rounded(dec.size(), bf16{0xFFFF});
+          attention_forward(p, one.data(), one_lse.data(), rounded.data());
+          expect_rounded_copy(one, rounded, what + " one query");
+        }
         EXPECT_EQ(std::memcmp(dec.data(), &out[static_cast<size_t>(first * H * D)],
                               dec.size() * sizeof(float)),
                   0)

@@ -7,6 +7,7 @@
 #include "kernels/attention_internal.hpp"
 #include "kernels/attention_mask.hpp"
 #include "kernels/attention_shape.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "runtime/integer_math.hpp"
 
@@ -20,14 +21,15 @@ const MicroKernel& kernel_for(Precision precision) {
 
 }  // namespace
 
-void attention_forward(const AttentionParams& p, float* out, float* lse) {
+void attention_forward(const AttentionParams& p, float* out, float* lse, bf16* out_rounded) {
   // One query (decoding a token): packing the cache for a one-row tile product costs more than
   // the arithmetic (attention_decode.cpp).
   if (p.T == 1 && p.q != nullptr) {
     attention_forward_one_query(p, out, lse);
+    if (out_rounded != nullptr) round_to_bf16(out, p.H * p.D, out_rounded);
     return;
   }
-  attention_forward_with(kernel_for(p.precision), p, out, lse);
+  attention_forward_with(kernel_for(p.precision), p, out, lse, out_rounded);
 }
 
 void attention_backward(const AttentionParams& p, const float* out, const float* lse,

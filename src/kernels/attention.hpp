@@ -66,8 +66,11 @@ struct AttentionParams {
 };
 
 // out: [T, H·D] contiguous (query i, head h at out[i*H*D + h*D]); lse: [H, T] log-sum-exp of
-// the scaled scores per query (saved for the backward).
-void attention_forward(const AttentionParams& p, float* out, float* lse);
+// the scaled scores per query (saved for the backward). out_rounded, where set: out rounded to
+// bf16 as well, in out's layout, written as each tile of out is (for a bf16 product that reads
+// its A rows in place: the output projection, which would otherwise pack and round out).
+void attention_forward(const AttentionParams& p, float* out, float* lse,
+                       bf16* out_rounded = nullptr);
 
 // dout like out. dq, dk, dv use the layouts of q, k, v (dq: H heads with ld_q; dk, dv: H_kv
 // heads with ld_kv, each the sum over the query heads of its group) and are OVERWRITTEN; only

@@ -21,15 +21,17 @@
 #include "kernels/attention_shape.hpp"
 #include "kernels/attention_tile_math.hpp"
 #include "kernels/attention_work.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/tile_gemm.hpp"
+#include "kernels/streamed_store.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace nanogpt {
 
 void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p, float* out,
-                            float* lse) {
+                            float* lse, bf16* out_rounded) {
   validate_tensors(p, "attention_forward");
   const Shape sh = shape_of(p);
   const AttentionMask mask(p);
@@ -121,6 +123,13 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
       }
       scale_rows(o, nq, dn, w.alpha);
       g.store(o, dn, nq, D, 1.0f, out + q0 * hd + h * D, hd);
+      // Around the caches too: the output projection reads them after every head's tiles.
+      if (out_rounded != nullptr) {
+        for (int64_t i = 0; i < nq; ++i) {
+          round_to_bf16_streamed(o + i * dn, D, out_rounded + (q0 + i) * hd + h * D);
+        }
+        streamed_stores_fence();
+      }
     });
   }
 }

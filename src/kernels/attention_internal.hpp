@@ -14,7 +14,7 @@ namespace nanogpt {
 struct MicroKernel;
 
 void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p, float* out,
-                            float* lse);
+                            float* lse, bf16* out_rounded = nullptr);
 void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv);
 

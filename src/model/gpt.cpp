@@ -236,6 +236,7 @@ void GptT<Real>::size_block(LayerActivations& A, int64_t layer, int64_t T, bool 
       resize(A.qkv, T * s.row());
     }
     resize(A.attn_out, T * s.q_width());
+    if (qkv_stored_rounded(cached)) resize(A.attn_out_rounded, T * s.q_width());
     resize(A.lse, s.Hq * T);
   }
 }
@@ -303,8 +304,9 @@ size_t GptT<Real>::activation_bytes() const {
       total += bytes_of(*v);
     }
     total += bytes_of(A.h_rounded) + bytes_of(A.norm1_rounded) + bytes_of(A.norm2_rounded) +
-             bytes_of(A.qkv_rounded) + bytes_of(A.expert_ids) + bytes_of(A.plan.offsets) +
-             bytes_of(A.plan.entry_of_row) + bytes_of(A.plan.row_of_entry);
+             bytes_of(A.qkv_rounded) + bytes_of(A.attn_out_rounded) + bytes_of(A.expert_ids) +
+             bytes_of(A.plan.offsets) + bytes_of(A.plan.entry_of_row) +
+             bytes_of(A.plan.row_of_entry);
   }
   for (const AlignedVector<Real>* v :
        {&dx_, &dx0_, &dh_, &dqkv_, &dattn_, &dnorm_, &dye_, &dhe_, &dxe_, &dgates_, &dlogits_}) {
@@ -350,6 +352,11 @@ ProductRows<Real> GptT<Real>::hidden(LayerActivations& A) const {
 template <class Real>
 ProductRows<Real> GptT<Real>::norm1_rows(LayerActivations& A) const {
   return rows_as_stored(product_rows_rounded(), A.norm1, A.norm1_rounded);
+}
+
+template <class Real>
+ProductRows<Real> GptT<Real>::attention_output_rows(LayerActivations& A, bool cached) const {
+  return rows_as_stored(qkv_stored_rounded(cached), A.attn_out, A.attn_out_rounded);
 }
 
 template <class Real>
@@ -611,12 +618,14 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
         cached_attention(i, A, window_blocks);
       } else {
         model_attention_forward(attention_args(i, A, window_blocks, nullptr, 0, T),
-                                A.attn_out.data(), A.lse.data());
+                                A.attn_out.data(), A.lse.data(),
+                                attention_output_rows(A, cached).rounded);
       }
       ProductEpilogue<Real> onto_x_mix;
       onto_x_mix.residual = x_mix_.data();
-      linear_forward(precision_, "attn.c_proj.fwd", T, HD, d, A.attn_out.data(), w.attn_proj,
-                     Real(0), x_attn_.data(), onto_x_mix, packed_for(cached, w.attn_proj, d, HD));
+      linear_forward(precision_, "attn.c_proj.fwd", T, HD, d, attention_output_rows(A, cached),
+                     w.attn_proj, Real(0), x_attn_.data(), onto_x_mix,
+                     packed_for(cached, w.attn_proj, d, HD));
     }
     // x_out = x_attn + the MLP's projection, which adds x_attn in its epilogue; the experts'
     // combine adds to x_out in place, so a MoE block copies x_attn into it first.
@@ -837,8 +846,8 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                           true, attention ? dx_attn.rounded : nullptr);
 
     if (attention) {
-      linear_backward_weight(precision_, "attn.c_proj.dW", T, HD, d, dx_attn, A.attn_out.data(),
-                             g.attn_proj);
+      linear_backward_weight(precision_, "attn.c_proj.dW", T, HD, d, dx_attn,
+                             attention_output_rows(stored, false), g.attn_proj);
       linear_backward_input(precision_, "attn.c_proj.dX", T, HD, d, dx_attn, w.attn_proj,
                             dattn_.data());
       Real* dq = dqkv_.data();

@@ -199,7 +199,11 @@ class GptT {
     // that attention's packers read (half the bytes, the same packed operands); the q/k norm's
     // backward recomputes its fp32 rows from qkv_raw.
     AlignedVector<bf16> qkv_rounded;
-    AlignedVector<Real> attn_out;   // [T, H·D]
+    AlignedVector<Real> attn_out;  // [T, H·D]
+    // Training with bf16 products on float (qkv_stored_rounded), attn_out rounded as well, by
+    // the attention's forward as it writes it: what the output projection's products read (its
+    // forward's A in place, its weight gradient's B). The backward's Delta reads attn_out.
+    AlignedVector<bf16> attn_out_rounded;
     AlignedVector<Real> lse;        // [H, T]
     AlignedVector<Real> norm2;      // [T, d]
     AlignedVector<Real> rstd2;      // [T]
@@ -316,6 +320,9 @@ class GptT {
   // The norms' rows as the products read them (rounded with bf16 products on float).
   ProductRows<Real> norm1_rows(LayerActivations& A) const;
   ProductRows<Real> norm2_rows(LayerActivations& A) const;
+  // Attention's output as the output projection's products read it (attn_out_rounded where the
+  // forward made it, else attn_out).
+  ProductRows<Real> attention_output_rows(LayerActivations& A, bool cached) const;
   ProductRows<Real> hidden_gradient();
   ProductRows<Real> qkv_gradient();
   // Held by pointer so the model stays movable (a Workspace is not).

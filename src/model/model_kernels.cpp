@@ -307,12 +307,15 @@ double attention_bytes(const AttentionArgs<float>& a, double tensors, double kv_
 
 }  // namespace
 
-void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse) {
-  // q, out; k, v. QKᵀ and P·V: 4 FLOPs per pair and dimension.
+void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse,
+                             bf16* out_rounded) {
+  // q, out (and its rounded copy: half the bytes); k, v. QKᵀ and P·V: 4 FLOPs per pair and
+  // dimension.
   const AttentionParams p = attention_params(a);
   ProfileScope scope("attention_fwd", "attention.fwd", {a.T, a.H, a.D, a.window_blocks},
-                     attention_pair_flops(p, 4.0), attention_bytes(a, 2.0, 2.0));
-  attention_forward(p, out, lse);
+                     attention_pair_flops(p, 4.0),
+                     attention_bytes(a, out_rounded != nullptr ? 2.5 : 2.0, 2.0));
+  attention_forward(p, out, lse, out_rounded);
 }
 
 void model_attention_backward(const AttentionArgs<float>& a, const float* out, const float* lse,

@@ -154,8 +154,11 @@ void model_moe_combine_backward(const MoePlan& plan, int64_t d, const float* dY,
 void model_moe_combine_backward(const MoePlan& plan, int64_t d, const double* dY, const double* Ye,
                                 const double* weights, double* dYe, double* dweights);
 
-void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse);
-void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse);
+// out_rounded (float only): out rounded to bf16 as well (attention_forward).
+void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse,
+                             bf16* out_rounded = nullptr);
+void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse,
+                             bf16* out_rounded = nullptr);
 void model_attention_backward(const AttentionArgs<float>& a, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv);
 void model_attention_backward(const AttentionArgs<double>& a, const double* out, const double* lse,

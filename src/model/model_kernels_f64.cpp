@@ -155,7 +155,11 @@ void model_moe_combine_backward(const MoePlan& plan, int64_t d, const double* dY
   }
 }
 
-void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse) {
+void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse,
+                             bf16* out_rounded) {
+  if (out_rounded != nullptr) {
+    throw Error("model_attention_forward: a bf16 output (out_rounded) is for float models");
+  }
   std::vector<double> p;
   for (int64_t h = 0; h < a.H; ++h) {
     for (int64_t i = 0; i < a.T; ++i) {
