@@ -528,8 +528,9 @@ TEST(Attention, Bf16DeltaUsesThePackersRounding) {
 
 // q, k and v given stored in bf16 alone (AttentionParams::q_bf16, fp32 q, k, v null: how bf16
 // training stores them) give every output the bits that q, k, v in fp32 give with bf16
-// products: the packers pack the same operands. Every bf16 kernel, every fourth awkward case
-// and grouped-query heads.
+// products: the packers pack the same operands. So does the backward's dout given in bf16
+// alone (dout_bf16), with Delta from the same rounded values. Every bf16 kernel, every fourth
+// awkward case and grouped-query heads.
 TEST(Attention, Bf16StoredOperandsGiveTheBitsOfTheirFp32Originals) {
   const std::vector<Case> all = awkward_cases();
   std::vector<std::pair<Case, int64_t>> cases;  // with H_kv (0: H)
@@ -551,23 +552,53 @@ TEST(Attention, Bf16StoredOperandsGiveTheBitsOfTheirFp32Originals) {
       stored.params.v_bf16 = rounded.data() + (pr.H + pr.H_kv) * pr.D;
       stored.params.q = stored.params.k = stored.params.v = nullptr;
       const Outputs got = run_kernels(stored, &kernel, &stray);
+      std::vector<bf16> dout_rounded(pr.dout.size());
+      for (size_t i = 0; i < pr.dout.size(); ++i) dout_rounded[i] = to_bf16(pr.dout[i]);
+      const Grads from_bf16_dout = run_backward(
+          stored,
+          [&](float* dq, float* dk, float* dv) {
+            attention_backward_with(kernel, stored.params, got.out.data(), got.lse.data(), nullptr,
+                                    dq, dk, dv, dout_rounded.data());
+          },
+          &stray);
       EXPECT_TRUE(stray.empty()) << stray << " " << kernel.isa << " " << describe(c);
       const std::string who =
           std::string(kernel.isa) + " H_kv=" + std::to_string(pr.H_kv) + " " + describe(c);
-      const std::vector<float>* pairs[5][2] = {{&got.out, &want.out},
+      const std::vector<float>* pairs[8][2] = {{&got.out, &want.out},
                                                {&got.lse, &want.lse},
                                                {&got.g.dq, &want.g.dq},
                                                {&got.g.dk, &want.g.dk},
-                                               {&got.g.dv, &want.g.dv}};
-      for (int o = 0; o < 5; ++o) {
+                                               {&got.g.dv, &want.g.dv},
+                                               {&from_bf16_dout.dq, &want.g.dq},
+                                               {&from_bf16_dout.dk, &want.g.dk},
+                                               {&from_bf16_dout.dv, &want.g.dv}};
+      for (int o = 0; o < 8; ++o) {
         ASSERT_EQ(pairs[o][0]->size(), pairs[o][1]->size());
         EXPECT_EQ(std::memcmp(pairs[o][0]->data(), pairs[o][1]->data(),
                               pairs[o][0]->size() * sizeof(float)),
                   0)
-            << kOutputNames[o] << " " << who;
+            << (o < 5 ? kOutputNames[o] : kOutputNames[o - 3]) << (o < 5 ? "" : " (bf16 dout)")
+            << " " << who;
       }
     }
   }
+}
+
+// dout in one form only, and in bf16 only with bf16 products: else a clear error.
+TEST(Attention, Bf16DoutNeedsBf16ProductsAndExcludesFp32Dout) {
+  Problem pr(10, 1, 8, 1, std::vector<int32_t>(10, 0), 3);
+  std::vector<float> out(10 * 8), lse(10), dq(pr.qkv.size()), dk(pr.qkv.size()), dv(pr.qkv.size());
+  std::vector<bf16> dout_rounded(pr.dout.size(), to_bf16(0.5f));
+  attention_forward(pr.params, out.data(), lse.data());
+  auto backward = [&](const float* dout, const bf16* dout_bf16) {
+    attention_backward(pr.params, out.data(), lse.data(), dout, dq.data(), dk.data(), dv.data(),
+                       dout_bf16);
+  };
+  EXPECT_THROW(backward(nullptr, dout_rounded.data()), InputError);  // fp32 products
+  pr.params.precision = Precision::kBf16;
+  EXPECT_THROW(backward(pr.dout.data(), dout_rounded.data()), InputError);
+  EXPECT_THROW(backward(nullptr, nullptr), InputError);
+  EXPECT_NO_THROW(backward(nullptr, dout_rounded.data()));
 }
 
 TEST(Attention, RejectsKernelThatCannotTakeThePrecision) {

@@ -156,9 +156,10 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   // With bf16 products, h (every layer) and dh (once) are stored rounded: 2 bytes a value; and
   // the gradient of qkv_raw (once) is kept rounded as well as attention's own in fp32, and the
   // norms (norm2 every layer, norm1 with attention) rounded as well as in fp32; attention's
-  // inputs (qkv) are kept rounded instead of in fp32, and its output rounded as well as in
-  // fp32 (for the output projection's products); and dx (once) rounded as well as in fp32, for
-  // the projections' products that read it next.
+  // inputs (qkv) are kept rounded instead of in fp32, its output rounded as well as in fp32
+  // (for the output projection's products), and the gradient of its output (once) rounded
+  // instead of in fp32; and dx (once) rounded as well as in fp32, for the projections' products
+  // that read it next.
   set_config_value(c, "precision=bf16");
   Gpt rounded(c);
   rounded.init_parameters(3);
@@ -166,10 +167,10 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   int64_t attention_layers = 0;
   for (int64_t i = 0; i < L; ++i) attention_layers += c.has_attention(i) ? 1 : 0;
   const int64_t norms = L + attention_layers;
-  EXPECT_EQ(
-      rounded.activation_bytes(),
-      static_cast<size_t>(T * (4 * floats + 16 - 2 * 4 * d * (L + 1) + 2 * 3 * HD + 2 * d * norms -
-                               2 * 3 * HD * attention_layers + 2 * HD * attention_layers + 2 * d)));
+  EXPECT_EQ(rounded.activation_bytes(),
+            static_cast<size_t>(T * (4 * floats + 16 - 2 * 4 * d * (L + 1) + 2 * 3 * HD +
+                                     2 * d * norms - 2 * 3 * HD * attention_layers +
+                                     2 * HD * attention_layers - 2 * HD + 2 * d)));
 }
 
 // A cached forward (decoding, scoring) keeps one block's activations, whichever layer runs, plus

@@ -33,8 +33,8 @@ void attention_forward(const AttentionParams& p, float* out, float* lse, bf16* o
 }
 
 void attention_backward(const AttentionParams& p, const float* out, const float* lse,
-                        const float* dout, float* dq, float* dk, float* dv) {
-  attention_backward_with(kernel_for(p.precision), p, out, lse, dout, dq, dk, dv);
+                        const float* dout, float* dq, float* dk, float* dv, const bf16* dout_bf16) {
+  attention_backward_with(kernel_for(p.precision), p, out, lse, dout, dq, dk, dv, dout_bf16);
 }
 
 bool attention_backward_keeps_score_gradients(const AttentionParams& p) {

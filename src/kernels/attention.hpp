@@ -75,9 +75,12 @@ void attention_forward(const AttentionParams& p, float* out, float* lse,
 // dout like out. dq, dk, dv use the layouts of q, k, v (dq: H heads with ld_q; dk, dv: H_kv
 // heads with ld_kv, each the sum over the query heads of its group) and are OVERWRITTEN; only
 // their D-element head slices are written, never the bytes between them. Requires T_kv == T
-// (training; decoding has no backward).
+// (training; decoding has no backward). With bf16 products dout may be given stored in bf16
+// instead (dout_bf16, dout then null): its packers and Delta read it, the same bits as from
+// dout, which they would round.
 void attention_backward(const AttentionParams& p, const float* out, const float* lse,
-                        const float* dout, float* dq, float* dk, float* dv);
+                        const float* dout, float* dq, float* dk, float* dv,
+                        const bf16* dout_bf16 = nullptr);
 
 // Naive references (materialize scores row by row in double) for tests and debugging.
 void attention_forward_reference(const AttentionParams& p, float* out, float* lse);

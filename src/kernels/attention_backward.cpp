@@ -31,9 +31,11 @@
 #include "kernels/attention_shape.hpp"
 #include "kernels/attention_tile_math.hpp"
 #include "kernels/attention_work.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/dot.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "kernels/gemm/tile_gemm.hpp"
+#include "runtime/error.hpp"
 #include "runtime/integer_math.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -86,15 +88,27 @@ int64_t score_gradient_bytes_per_key_tile(const MicroKernel& kernel, const Atten
 }
 
 void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
-                             const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+                             const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                             const bf16* dout_bf16) {
   validate_backward(p, "attention_backward");
+  if (dout != nullptr && dout_bf16 != nullptr) {
+    throw InputError("attention_backward: give dout or dout_bf16, not both");
+  }
+  if (dout_bf16 != nullptr && p.precision != Precision::kBf16) {
+    throw InputError(
+        "attention_backward: dout_bf16 is for bf16 products (precision bf16); give fp32 dout");
+  }
   const Shape sh = shape_of(p);
   const AttentionMask mask(p);
   if (sh.T == 0) return;
+  if (dout == nullptr && dout_bf16 == nullptr) {
+    throw InputError("attention_backward: dout is null (give dout, or dout_bf16 in bf16)");
+  }
   const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nt = ceil_div(T, kBk);
   const int64_t per_group = sh.per_group;
   const TileGemm g(kernel, p.precision, kBk, D);
   const OperandRows q_rows{p.q, p.q_bf16}, k_rows{p.k, p.k_bf16}, v_rows{p.v, p.v_bf16};
+  const OperandRows dout_rows{dout, dout_bf16};
   const int64_t dn = g.dn(), rows = g.rows();
   const std::vector<int64_t> fv = mask.first_visible_of_queries();
   std::vector<int64_t> per_qt, per_kt;
@@ -108,7 +122,7 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   const int64_t acc_bytes = rows * dn * int64_t{sizeof(float)};
   const TileScratch scratch(
       {g.bytes(Block::kRowsByTile), tile_bytes, tile_bytes, acc_bytes, acc_bytes}, pool.size());
-  // Per worker: a row of dO rounded to bf16, for Delta.
+  // Per worker: a row of dO rounded to bf16 (or widened from dout_bf16), for Delta.
   std::vector<std::vector<float>> rounded_dout(static_cast<size_t>(pool.size()),
                                                std::vector<float>(static_cast<size_t>(D)));
   const int64_t q_head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kDByTile));
@@ -175,12 +189,11 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       const int64_t h = h0 + static_cast<int64_t>(task) / nt;
       const int64_t t = static_cast<int64_t>(task) % nt;
       const int64_t t0 = t * kBk, n = std::min(kBk, T - t0);
-      const int64_t q_at = t0 * sh.ld_q + h * D;
-      const float* g_out = dout + t0 * hd + h * D;
+      const int64_t q_at = t0 * sh.ld_q + h * D, dout_at = t0 * hd + h * D;
       q_rows.pack_a(g, q_at, sh.ld_q, Trans::kNo, n, D, Block::kRowsByD, q_a.at(h, t));
-      g.pack_a(g_out, hd, Trans::kNo, n, D, Block::kRowsByD, dout_a.at(h, t));
+      dout_rows.pack_a(g, dout_at, hd, Trans::kNo, n, D, Block::kRowsByD, dout_a.at(h, t));
       q_rows.pack_b(g, q_at, sh.ld_q, Trans::kYes, D, n, Block::kDByTile, q_b.at(h, t));
-      g.pack_b(g_out, hd, Trans::kYes, D, n, Block::kDByTile, dout_b.at(h, t));
+      dout_rows.pack_b(g, dout_at, hd, Trans::kYes, D, n, Block::kDByTile, dout_b.at(h, t));
       if (h % per_group == 0) {
         const int64_t kv = sh.kv_head(h);
         const int64_t kv_at = t0 * sh.ld_kv + kv * D;
@@ -190,10 +203,14 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
       }
       float* rounded = rounded_dout[static_cast<size_t>(worker)].data();
       for (int64_t i = t0; i < t0 + n; ++i) {
-        const float* dout_row = dout + i * hd + h * D;
-        if (bf16_operands) {
-          round_row_to_bf16(dout_row, D, rounded);
-          dout_row = rounded;
+        const float* dout_row = rounded;
+        if (dout_bf16 != nullptr) {
+          const bf16* row = dout_bf16 + i * hd + h * D;
+          for (int64_t e = 0; e < D; ++e) rounded[e] = to_float(row[e]);
+        } else if (bf16_operands) {
+          round_row_to_bf16(dout + i * hd + h * D, D, rounded);
+        } else {
+          dout_row = dout + i * hd + h * D;
         }
         // Σ in double, rounded once: Delta is subtracted from every dP of its row, so its error
         // would land on every dS.

@@ -275,7 +275,11 @@ void GptT<Real>::ensure_capacity(int64_t T, int64_t seq_len, bool cached) {
   resize(dqkv_, T * s.row());
   if (product_rows_rounded()) resize(dqkv_rounded_, T * s.row());
   if (product_rows_rounded()) resize(dx_rounded_, T * d);
-  resize(dattn_, T * HD);
+  if (product_rows_rounded()) {
+    resize(dattn_rounded_, T * HD);
+  } else {
+    resize(dattn_, T * HD);
+  }
   resize(dnorm_, T * d);
   if (!config_.moe_layers.empty()) {
     const int64_t rows = T * config_.experts_per_token;
@@ -313,7 +317,8 @@ size_t GptT<Real>::activation_bytes() const {
     total += bytes_of(*v);
   }
   for (const AlignedVector<Real>& v : dskip_) total += bytes_of(v);
-  return total + bytes_of(dh_rounded_) + bytes_of(dqkv_rounded_) + bytes_of(dx_rounded_);
+  return total + bytes_of(dh_rounded_) + bytes_of(dqkv_rounded_) + bytes_of(dx_rounded_) +
+         bytes_of(dattn_rounded_);
 }
 
 template <class Real>
@@ -367,6 +372,11 @@ ProductRows<Real> GptT<Real>::norm2_rows(LayerActivations& A) const {
 template <class Real>
 ProductRows<Real> GptT<Real>::hidden_gradient() {
   return rows_as_stored(product_rows_rounded(), dh_, dh_rounded_);
+}
+
+template <class Real>
+ProductRows<Real> GptT<Real>::attention_gradient() {
+  return rows_as_stored(product_rows_rounded(), dattn_, dattn_rounded_);
 }
 
 template <class Real>
@@ -848,12 +858,14 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
     if (attention) {
       linear_backward_weight(precision_, "attn.c_proj.dW", T, HD, d, dx_attn,
                              attention_output_rows(stored, false), g.attn_proj);
-      linear_backward_input(precision_, "attn.c_proj.dX", T, HD, d, dx_attn, w.attn_proj,
-                            dattn_.data());
+      // The gradient of attention's output, read only by its backward (attention_gradient).
+      const ProductRows<Real> dattn = attention_gradient();
+      linear_backward_input(precision_, "attn.c_proj.dX", T, HD, d, dx_attn, w.attn_proj, dattn,
+                            {});
       Real* dq = dqkv_.data();
-      model_attention_backward(attention_args(i, A, window_blocks_, nullptr, 0, T),
-                               A.attn_out.data(), A.lse.data(), dattn_.data(), dq,
-                               dq + qkv.q_width(), dq + qkv.q_width() + qkv.kv_width());
+      model_attention_backward(
+          attention_args(i, A, window_blocks_, nullptr, 0, T), A.attn_out.data(), A.lse.data(),
+          dattn.values, dq, dq + qkv.q_width(), dq + qkv.q_width() + qkv.kv_width(), dattn.rounded);
       // The gradient of qkv_raw, read only by the projection's products (qkv_gradient).
       const ProductRows<Real> draw = qkv_gradient();
       const std::array<double, 2> dla = qk_norm_rotary_v_mix_backward(

@@ -305,6 +305,10 @@ class GptT {
   // products on float, qk_norm.rotary.v_mix's backward writes it here, rounded, and dqkv_ keeps
   // attention's gradients (qkv_gradient()).
   AlignedVector<bf16> dqkv_rounded_;
+  // The gradient of attention's output, read only by the attention backward's packers and
+  // Delta: with bf16 products on float, the output projection's input-gradient product writes
+  // it here, rounded, instead of in dattn_ (attention_gradient()).
+  AlignedVector<bf16> dattn_rounded_;
   // dx rounded, for the two products that read it next and nothing else of it (the MLP's
   // c_proj, then attention's): with bf16 products on float, the pass that finishes dx before
   // them writes it (dx_as_products_read()).
@@ -325,6 +329,7 @@ class GptT {
   ProductRows<Real> attention_output_rows(LayerActivations& A, bool cached) const;
   ProductRows<Real> hidden_gradient();
   ProductRows<Real> qkv_gradient();
+  ProductRows<Real> attention_gradient();
   // Held by pointer so the model stays movable (a Workspace is not).
   std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>("model");
 };

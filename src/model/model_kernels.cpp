@@ -319,7 +319,8 @@ void model_attention_forward(const AttentionArgs<float>& a, float* out, float* l
 }
 
 void model_attention_backward(const AttentionArgs<float>& a, const float* out, const float* lse,
-                              const float* dout, float* dq, float* dk, float* dv) {
+                              const float* dout, float* dq, float* dk, float* dv,
+                              const bf16* dout_rounded) {
   // Eight tensors (q, k, v, out, dout in; dq, dk, dv out). The backward's four products plus
   // the recomputed scores (see flop_count.hpp): 10 FLOPs per pair and dimension, 14 where P
   // and dS are recomputed for dQ too.
@@ -328,7 +329,7 @@ void model_attention_backward(const AttentionArgs<float>& a, const float* out, c
       Profiler::enabled() && attention_backward_keeps_score_gradients(p) ? 10.0 : 14.0;
   ProfileScope scope("attention_bwd", "attention.bwd", {a.T, a.H, a.D, a.window_blocks},
                      attention_pair_flops(p, per_pair), attention_bytes(a, 4.0, 4.0));
-  attention_backward(p, out, lse, dout, dq, dk, dv);
+  attention_backward(p, out, lse, dout, dq, dk, dv, dout_rounded);
 }
 
 double model_loss_forward(const LossArgs<float>& a, float* per_token) {
