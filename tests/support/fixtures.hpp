@@ -44,18 +44,23 @@ struct CommandResult {
   std::string out, err;
 };
 
-// Runs the built `nanogpt` binary with `args` (shell words) and `input` on stdin.
-inline CommandResult run_nanogpt(const std::string& args, const std::string& input = "") {
+// Runs `command` (a shell command line) with `input` on stdin.
+inline CommandResult run_command(const std::string& command, const std::string& input = "") {
   TempDir dir;
   write_file_atomic(dir.path() + "/in", input);
-  std::string cmd = std::string(NANOGPT_BINARY) + " " + args + " <" + dir.path() + "/in >" +
-                    dir.path() + "/out 2>" + dir.path() + "/err";
+  std::string cmd =
+      command + " <" + dir.path() + "/in >" + dir.path() + "/out 2>" + dir.path() + "/err";
   int status = std::system(cmd.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   r.out = read_file(dir.path() + "/out");
   r.err = read_file(dir.path() + "/err");
   return r;
+}
+
+// Runs the built `nanogpt` binary with `args` (shell words) and `input` on stdin.
+inline CommandResult run_nanogpt(const std::string& args, const std::string& input = "") {
+  return run_command(std::string(NANOGPT_BINARY) + " " + args, input);
 }
 
 }  // namespace nanogpt
