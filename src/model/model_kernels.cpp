@@ -298,37 +298,48 @@ double attention_pair_flops(const AttentionParams& p, double flops_per_pair_dim)
          static_cast<double>(attention_visible_pairs(p));
 }
 
-// `tensors` query-sized tensors (T rows of H·D) and `kv_tensors` key/value-sized ones (T_kv
-// rows of H_kv·D).
-double attention_bytes(const AttentionArgs<float>& a, double tensors, double kv_tensors) {
-  return 4.0 * (tensors * static_cast<double>(a.T * a.H * a.D) +
-                kv_tensors * static_cast<double>(a.T_kv * a.H_kv * a.D));
+// Bytes moved: `query_bytes` per value of the query-sized tensors together (T rows of H·D: 4 for
+// each fp32 one, 2 for each bf16 one) and `kv_bytes` per value of the key/value-sized ones
+// (T_kv rows of H_kv·D).
+double attention_bytes(const AttentionArgs<float>& a, double query_bytes, double kv_bytes) {
+  return query_bytes * static_cast<double>(a.T * a.H * a.D) +
+         kv_bytes * static_cast<double>(a.T_kv * a.H_kv * a.D);
+}
+
+// Bytes per value of an attention input: 2 where it is read in bf16.
+double value_bytes(const void* bf16_copy) {
+  return bf16_copy != nullptr ? 2.0 : 4.0;
 }
 
 }  // namespace
 
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse,
                              bf16* out_rounded) {
-  // q, out (and its rounded copy: half the bytes); k, v. QKᵀ and P·V: 4 FLOPs per pair and
-  // dimension.
+  // q, out (and its rounded copy); k, v, each in fp32 or bf16 as given. QKᵀ and P·V: 4 FLOPs
+  // per pair and dimension.
   const AttentionParams p = attention_params(a);
-  ProfileScope scope("attention_fwd", "attention.fwd", {a.T, a.H, a.D, a.window_blocks},
-                     attention_pair_flops(p, 4.0),
-                     attention_bytes(a, out_rounded != nullptr ? 2.5 : 2.0, 2.0));
+  ProfileScope scope(
+      "attention_fwd", "attention.fwd", {a.T, a.H, a.D, a.window_blocks},
+      attention_pair_flops(p, 4.0),
+      attention_bytes(a, value_bytes(p.q_bf16) + 4.0 + (out_rounded != nullptr ? 2.0 : 0.0),
+                      value_bytes(p.k_bf16) + value_bytes(p.v_bf16)));
   attention_forward(p, out, lse, out_rounded);
 }
 
 void model_attention_backward(const AttentionArgs<float>& a, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv,
                               const bf16* dout_rounded) {
-  // Eight tensors (q, k, v, out, dout in; dq, dk, dv out). The backward's four products plus
-  // the recomputed scores (see flop_count.hpp): 10 FLOPs per pair and dimension, 14 where P
-  // and dS are recomputed for dQ too.
+  // Eight tensors (q, k, v, out, dout in, each in fp32 or bf16 as given; dq, dk, dv out, fp32).
+  // The backward's four products plus the recomputed scores (see flop_count.hpp): 10 FLOPs per
+  // pair and dimension, 14 where P and dS are recomputed for dQ too.
   const AttentionParams p = attention_params(a);
   const double per_pair =
       Profiler::enabled() && attention_backward_keeps_score_gradients(p) ? 10.0 : 14.0;
-  ProfileScope scope("attention_bwd", "attention.bwd", {a.T, a.H, a.D, a.window_blocks},
-                     attention_pair_flops(p, per_pair), attention_bytes(a, 4.0, 4.0));
+  ProfileScope scope(
+      "attention_bwd", "attention.bwd", {a.T, a.H, a.D, a.window_blocks},
+      attention_pair_flops(p, per_pair),
+      attention_bytes(a, value_bytes(p.q_bf16) + 4.0 + value_bytes(dout_rounded) + 4.0,
+                      value_bytes(p.k_bf16) + value_bytes(p.v_bf16) + 8.0));
   attention_backward(p, out, lse, dout, dq, dk, dv, dout_rounded);
 }
 
