@@ -529,8 +529,10 @@ TEST(Attention, Bf16DeltaUsesThePackersRounding) {
 // q, k and v given stored in bf16 alone (AttentionParams::q_bf16, fp32 q, k, v null: how bf16
 // training stores them) give every output the bits that q, k, v in fp32 give with bf16
 // products: the packers pack the same operands. So does the backward's dout given in bf16
-// alone (dout_bf16), with Delta from the same rounded values. Every bf16 kernel, every fourth
-// awkward case and grouped-query heads.
+// alone (dout_bf16), with Delta from the same rounded values; and out given as its rounded
+// copy alone (out_bf16) gives the bits of an fp32 out holding the rounded values. The forward
+// writes that copy alone (out null) with the same bits. Every bf16 kernel, every fourth awkward
+// case and grouped-query heads.
 TEST(Attention, Bf16StoredOperandsGiveTheBitsOfTheirFp32Originals) {
   const std::vector<Case> all = awkward_cases();
   std::vector<std::pair<Case, int64_t>> cases;  // with H_kv (0: H)
@@ -561,44 +563,91 @@ TEST(Attention, Bf16StoredOperandsGiveTheBitsOfTheirFp32Originals) {
                                     dq, dk, dv, dout_rounded.data());
           },
           &stray);
+      // The forward's rounded copy alone, then the backward's Delta from it: against an fp32
+      // out holding the rounded values.
+      std::vector<float> lse_alone(got.lse.size(), kNaN);
+      std::vector<bf16> out_alone(got.out.size(), bf16{0xFFFF});
+      attention_forward_with(kernel, stored.params, nullptr, lse_alone.data(), out_alone.data());
+      expect_rounded_copy(got.out, out_alone, std::string(kernel.isa) + " (out null)");
+      std::vector<float> out_widened(got.out.size());
+      widen_to_float(out_alone.data(), static_cast<int64_t>(out_alone.size()), out_widened.data());
+      const Grads from_widened_out = run_backward(
+          stored,
+          [&](float* dq, float* dk, float* dv) {
+            attention_backward_with(kernel, stored.params, out_widened.data(), got.lse.data(),
+                                    nullptr, dq, dk, dv, dout_rounded.data());
+          },
+          &stray);
+      const Grads from_bf16_out = run_backward(
+          stored,
+          [&](float* dq, float* dk, float* dv) {
+            attention_backward_with(kernel, stored.params, nullptr, got.lse.data(), nullptr, dq, dk,
+                                    dv, dout_rounded.data(), out_alone.data());
+          },
+          &stray);
       EXPECT_TRUE(stray.empty()) << stray << " " << kernel.isa << " " << describe(c);
       const std::string who =
           std::string(kernel.isa) + " H_kv=" + std::to_string(pr.H_kv) + " " + describe(c);
-      const std::vector<float>* pairs[8][2] = {{&got.out, &want.out},
-                                               {&got.lse, &want.lse},
-                                               {&got.g.dq, &want.g.dq},
-                                               {&got.g.dk, &want.g.dk},
-                                               {&got.g.dv, &want.g.dv},
-                                               {&from_bf16_dout.dq, &want.g.dq},
-                                               {&from_bf16_dout.dk, &want.g.dk},
-                                               {&from_bf16_dout.dv, &want.g.dv}};
-      for (int o = 0; o < 8; ++o) {
-        ASSERT_EQ(pairs[o][0]->size(), pairs[o][1]->size());
-        EXPECT_EQ(std::memcmp(pairs[o][0]->data(), pairs[o][1]->data(),
-                              pairs[o][0]->size() * sizeof(float)),
-                  0)
-            << (o < 5 ? kOutputNames[o] : kOutputNames[o - 3]) << (o < 5 ? "" : " (bf16 dout)")
-            << " " << who;
+      struct Pair {
+        const std::vector<float>* got;
+        const std::vector<float>* want;
+        std::string what;
+      };
+      const Pair pairs[] = {{&got.out, &want.out, "out"},
+                            {&got.lse, &want.lse, "lse"},
+                            {&lse_alone, &want.lse, "lse (out null)"},
+                            {&got.g.dq, &want.g.dq, "dq"},
+                            {&got.g.dk, &want.g.dk, "dk"},
+                            {&got.g.dv, &want.g.dv, "dv"},
+                            {&from_bf16_dout.dq, &want.g.dq, "dq (bf16 dout)"},
+                            {&from_bf16_dout.dk, &want.g.dk, "dk (bf16 dout)"},
+                            {&from_bf16_dout.dv, &want.g.dv, "dv (bf16 dout)"},
+                            {&from_bf16_out.dq, &from_widened_out.dq, "dq (bf16 out)"},
+                            {&from_bf16_out.dk, &from_widened_out.dk, "dk (bf16 out)"},
+                            {&from_bf16_out.dv, &from_widened_out.dv, "dv (bf16 out)"}};
+      for (const Pair& pair : pairs) {
+        ASSERT_EQ(pair.got->size(), pair.want->size());
+        EXPECT_EQ(
+            std::memcmp(pair.got->data(), pair.want->data(), pair.got->size() * sizeof(float)), 0)
+            << pair.what << " " << who;
       }
     }
   }
 }
 
-// dout in one form only, and in bf16 only with bf16 products: else a clear error.
-TEST(Attention, Bf16DoutNeedsBf16ProductsAndExcludesFp32Dout) {
+// dout and out each in one form only, and in bf16 only with bf16 products; the forward with
+// somewhere to write: else a clear error.
+TEST(Attention, Bf16DoutAndOutNeedBf16ProductsAndExcludeTheirFp32Forms) {
   Problem pr(10, 1, 8, 1, std::vector<int32_t>(10, 0), 3);
   std::vector<float> out(10 * 8), lse(10), dq(pr.qkv.size()), dk(pr.qkv.size()), dv(pr.qkv.size());
-  std::vector<bf16> dout_rounded(pr.dout.size(), to_bf16(0.5f));
-  attention_forward(pr.params, out.data(), lse.data());
-  auto backward = [&](const float* dout, const bf16* dout_bf16) {
-    attention_backward(pr.params, out.data(), lse.data(), dout, dq.data(), dk.data(), dv.data(),
-                       dout_bf16);
+  std::vector<bf16> dout_rounded(pr.dout.size(), to_bf16(0.5f)), out_rounded(out.size());
+  attention_forward(pr.params, out.data(), lse.data(), out_rounded.data());
+  auto backward = [&](const float* dout, const bf16* dout_bf16, const float* o, const bf16* o16) {
+    attention_backward(pr.params, o, lse.data(), dout, dq.data(), dk.data(), dv.data(), dout_bf16,
+                       o16);
   };
-  EXPECT_THROW(backward(nullptr, dout_rounded.data()), InputError);  // fp32 products
+  // fp32 products
+  EXPECT_THROW(backward(nullptr, dout_rounded.data(), out.data(), nullptr), InputError);
+  EXPECT_THROW(backward(pr.dout.data(), nullptr, nullptr, out_rounded.data()), InputError);
   pr.params.precision = Precision::kBf16;
-  EXPECT_THROW(backward(pr.dout.data(), dout_rounded.data()), InputError);
-  EXPECT_THROW(backward(nullptr, nullptr), InputError);
-  EXPECT_NO_THROW(backward(nullptr, dout_rounded.data()));
+  const float* dout = pr.dout.data();
+  EXPECT_THROW(backward(dout, dout_rounded.data(), out.data(), nullptr), InputError);
+  EXPECT_THROW(backward(nullptr, nullptr, out.data(), nullptr), InputError);
+  EXPECT_THROW(backward(dout, nullptr, out.data(), out_rounded.data()), InputError);
+  EXPECT_THROW(backward(dout, nullptr, nullptr, nullptr), InputError);
+  EXPECT_NO_THROW(backward(nullptr, dout_rounded.data(), out.data(), nullptr));
+  EXPECT_NO_THROW(backward(dout, nullptr, nullptr, out_rounded.data()));
+  EXPECT_NO_THROW(backward(nullptr, dout_rounded.data(), nullptr, out_rounded.data()));
+  // The forward writes out, its rounded copy, or both; not neither (one query or a tile).
+  EXPECT_THROW(attention_forward(pr.params, nullptr, lse.data()), InputError);
+  Problem one(1, 1, 8, 1, std::vector<int32_t>(1, 0), 4);
+  EXPECT_THROW(attention_forward(one.params, nullptr, lse.data()), InputError);
+  // The one-query path writes the rounded copy alone with the bits it rounds out to.
+  std::vector<float> one_out(8, kNaN);
+  std::vector<bf16> one_rounded(8, bf16{0xFFFF});
+  attention_forward(one.params, one_out.data(), lse.data());
+  attention_forward(one.params, nullptr, lse.data(), one_rounded.data());
+  expect_rounded_copy(one_out, one_rounded, "one query, out null");
 }
 
 TEST(Attention, RejectsKernelThatCannotTakeThePrecision) {

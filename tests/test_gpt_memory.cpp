@@ -156,8 +156,8 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   // With bf16 products, h (every layer) and dh (once) are stored rounded: 2 bytes a value; and
   // the gradient of qkv_raw (once) is kept rounded as well as attention's own in fp32, and the
   // norms (norm2 every layer, norm1 with attention) rounded as well as in fp32; attention's
-  // inputs (qkv) are kept rounded instead of in fp32, its output rounded as well as in fp32
-  // (for the output projection's products), and the gradient of its output (once) rounded
+  // inputs (qkv) and its output (read by the output projection's products and the backward's
+  // Delta) are kept rounded instead of in fp32, and the gradient of its output (once) rounded
   // instead of in fp32; and dx (once) rounded as well as in fp32, for the projections' products
   // that read it next.
   set_config_value(c, "precision=bf16");
@@ -170,7 +170,7 @@ TEST(GptMemory, ActivationsTakeTheDocumentedBytesPerToken) {
   EXPECT_EQ(rounded.activation_bytes(),
             static_cast<size_t>(T * (4 * floats + 16 - 2 * 4 * d * (L + 1) + 2 * 3 * HD +
                                      2 * d * norms - 2 * 3 * HD * attention_layers +
-                                     2 * HD * attention_layers - 2 * HD + 2 * d)));
+                                     (2 - 4) * HD * attention_layers - 2 * HD + 2 * d)));
 }
 
 // A cached forward (decoding, scoring) keeps one block's activations, whichever layer runs, plus

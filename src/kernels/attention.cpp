@@ -2,6 +2,7 @@
 // share of tiles they visit.
 #include "kernels/attention.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/attention_internal.hpp"
@@ -22,9 +23,16 @@ const MicroKernel& kernel_for(Precision precision) {
 }  // namespace
 
 void attention_forward(const AttentionParams& p, float* out, float* lse, bf16* out_rounded) {
+  validate_forward_outputs(p, out, out_rounded, "attention_forward");
   // One query (decoding a token): packing the cache for a one-row tile product costs more than
   // the arithmetic (attention_decode.cpp).
   if (p.T == 1 && p.q != nullptr) {
+    if (out == nullptr && out_rounded != nullptr) {
+      std::vector<float> row(static_cast<size_t>(std::max<int64_t>(p.H * p.D, 0)));
+      attention_forward_one_query(p, row.data(), lse);
+      round_to_bf16(row.data(), p.H * p.D, out_rounded);
+      return;
+    }
     attention_forward_one_query(p, out, lse);
     if (out_rounded != nullptr) round_to_bf16(out, p.H * p.D, out_rounded);
     return;
@@ -33,8 +41,10 @@ void attention_forward(const AttentionParams& p, float* out, float* lse, bf16* o
 }
 
 void attention_backward(const AttentionParams& p, const float* out, const float* lse,
-                        const float* dout, float* dq, float* dk, float* dv, const bf16* dout_bf16) {
-  attention_backward_with(kernel_for(p.precision), p, out, lse, dout, dq, dk, dv, dout_bf16);
+                        const float* dout, float* dq, float* dk, float* dv, const bf16* dout_bf16,
+                        const bf16* out_bf16) {
+  attention_backward_with(kernel_for(p.precision), p, out, lse, dout, dq, dk, dv, dout_bf16,
+                          out_bf16);
 }
 
 bool attention_backward_keeps_score_gradients(const AttentionParams& p) {

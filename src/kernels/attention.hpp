@@ -68,7 +68,8 @@ struct AttentionParams {
 // out: [T, H·D] contiguous (query i, head h at out[i*H*D + h*D]); lse: [H, T] log-sum-exp of
 // the scaled scores per query (saved for the backward). out_rounded, where set: out rounded to
 // bf16 as well, in out's layout, written as each tile of out is (for a bf16 product that reads
-// its A rows in place: the output projection, which would otherwise pack and round out).
+// its A rows in place: the output projection, which would otherwise pack and round out). With
+// out_rounded, out may be null: only the rounded rows are written.
 void attention_forward(const AttentionParams& p, float* out, float* lse,
                        bf16* out_rounded = nullptr);
 
@@ -77,10 +78,13 @@ void attention_forward(const AttentionParams& p, float* out, float* lse,
 // their D-element head slices are written, never the bytes between them. Requires T_kv == T
 // (training; decoding has no backward). With bf16 products dout may be given stored in bf16
 // instead (dout_bf16, dout then null): its packers and Delta read it, the same bits as from
-// dout, which they would round.
+// dout, which they would round. Likewise out, which only Delta = Σ dO·O reads, may be given as
+// the forward's rounded copy (out_bf16, out then null), as flash attention's backward reads the
+// output it stored: Delta then sums the rounded values (not the bits of fp32 out; the same as
+// an fp32 out holding them).
 void attention_backward(const AttentionParams& p, const float* out, const float* lse,
                         const float* dout, float* dq, float* dk, float* dv,
-                        const bf16* dout_bf16 = nullptr);
+                        const bf16* dout_bf16 = nullptr, const bf16* out_bf16 = nullptr);
 
 // Naive references (materialize scores row by row in double) for tests and debugging.
 void attention_forward_reference(const AttentionParams& p, float* out, float* lse);

@@ -23,6 +23,8 @@
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -89,21 +91,27 @@ int64_t score_gradient_bytes_per_key_tile(const MicroKernel& kernel, const Atten
 
 void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                             const bf16* dout_bf16) {
+                             const bf16* dout_bf16, const bf16* out_bf16) {
   validate_backward(p, "attention_backward");
-  if (dout != nullptr && dout_bf16 != nullptr) {
-    throw InputError("attention_backward: give dout or dout_bf16, not both");
-  }
-  if (dout_bf16 != nullptr && p.precision != Precision::kBf16) {
-    throw InputError(
-        "attention_backward: dout_bf16 is for bf16 products (precision bf16); give fp32 dout");
+  for (const auto& [name, fp32, rounded] :
+       {std::tuple{"dout", dout != nullptr, dout_bf16 != nullptr},
+        std::tuple{"out", out != nullptr, out_bf16 != nullptr}}) {
+    const std::string n = name;
+    if (fp32 && rounded) {
+      throw InputError("attention_backward: give " + n + " or " + n + "_bf16, not both");
+    }
+    if (rounded && p.precision != Precision::kBf16) {
+      throw InputError("attention_backward: " + n +
+                       "_bf16 is for bf16 products (precision bf16); give fp32 " + n);
+    }
+    if (p.T > 0 && !fp32 && !rounded) {
+      throw InputError("attention_backward: " + n + " is null (give " + n + ", or " + n +
+                       "_bf16 in bf16)");
+    }
   }
   const Shape sh = shape_of(p);
   const AttentionMask mask(p);
   if (sh.T == 0) return;
-  if (dout == nullptr && dout_bf16 == nullptr) {
-    throw InputError("attention_backward: dout is null (give dout, or dout_bf16 in bf16)");
-  }
   const int64_t T = sh.T, H = sh.H, D = sh.D, hd = H * D, nt = ceil_div(T, kBk);
   const int64_t per_group = sh.per_group;
   const TileGemm g(kernel, p.precision, kBk, D);
@@ -122,9 +130,10 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   const int64_t acc_bytes = rows * dn * int64_t{sizeof(float)};
   const TileScratch scratch(
       {g.bytes(Block::kRowsByTile), tile_bytes, tile_bytes, acc_bytes, acc_bytes}, pool.size());
-  // Per worker: a row of dO rounded to bf16 (or widened from dout_bf16), for Delta.
+  // Per worker: a row of dO rounded to bf16 (or widened from dout_bf16) and one of O widened
+  // from out_bf16, for Delta.
   std::vector<std::vector<float>> rounded_dout(static_cast<size_t>(pool.size()),
-                                               std::vector<float>(static_cast<size_t>(D)));
+                                               std::vector<float>(static_cast<size_t>(2 * D)));
   const int64_t q_head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kDByTile));
   const int64_t kv_head_bytes =
       per_group * q_head_bytes + nt * (2 * g.bytes(Block::kTileByD) + g.bytes(Block::kDByTile));
@@ -202,20 +211,23 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
         k_rows.pack_b(g, kv_at, sh.ld_kv, Trans::kYes, D, n, Block::kDByTile, kt_b.at(kv, t));
       }
       float* rounded = rounded_dout[static_cast<size_t>(worker)].data();
+      float* widened_out = rounded + D;
       for (int64_t i = t0; i < t0 + n; ++i) {
+        const int64_t at = i * hd + h * D;
         const float* dout_row = rounded;
         if (dout_bf16 != nullptr) {
-          const bf16* row = dout_bf16 + i * hd + h * D;
-          for (int64_t e = 0; e < D; ++e) rounded[e] = to_float(row[e]);
+          widen_to_float(dout_bf16 + at, D, rounded);
         } else if (bf16_operands) {
-          round_row_to_bf16(dout + i * hd + h * D, D, rounded);
+          round_row_to_bf16(dout + at, D, rounded);
         } else {
-          dout_row = dout + i * hd + h * D;
+          dout_row = dout + at;
         }
+        if (out_bf16 != nullptr) widen_to_float(out_bf16 + at, D, widened_out);
+        const float* out_row = out_bf16 != nullptr ? widened_out : out + at;
         // Σ in double, rounded once: Delta is subtracted from every dP of its row, so its error
         // would land on every dS.
         delta[static_cast<size_t>(h * T + i)] =
-            static_cast<float>(dot_double(dout_row, out + i * hd + h * D, D));
+            static_cast<float>(dot_double(dout_row, out_row, D));
       }
     });
 

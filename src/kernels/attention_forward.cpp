@@ -33,6 +33,7 @@ namespace nanogpt {
 void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p, float* out,
                             float* lse, bf16* out_rounded) {
   validate_tensors(p, "attention_forward");
+  validate_forward_outputs(p, out, out_rounded, "attention_forward");
   const Shape sh = shape_of(p);
   const AttentionMask mask(p);
   if (sh.T == 0) return;
@@ -122,7 +123,7 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
         lse[h * T + q0 + i] = w.m[i] + std::log(w.l[i]);
       }
       scale_rows(o, nq, dn, w.alpha);
-      g.store(o, dn, nq, D, 1.0f, out + q0 * hd + h * D, hd);
+      if (out != nullptr) g.store(o, dn, nq, D, 1.0f, out + q0 * hd + h * D, hd);
       // Around the caches too: the output projection reads them after every head's tiles.
       if (out_rounded != nullptr) {
         for (int64_t i = 0; i < nq; ++i) {

@@ -17,7 +17,7 @@ void attention_forward_with(const MicroKernel& kernel, const AttentionParams& p,
                             float* lse, bf16* out_rounded = nullptr);
 void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p, const float* out,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                             const bf16* dout_bf16 = nullptr);
+                             const bf16* dout_bf16 = nullptr, const bf16* out_bf16 = nullptr);
 
 // The forward of exactly one query (T = 1: decoding a token over a cache) without the tile
 // products: attention_decode.cpp. attention_forward takes it for every single query; within fp32

@@ -83,4 +83,13 @@ void validate_backward(const AttentionParams& p, const char* who) {
   }
 }
 
+void validate_forward_outputs(const AttentionParams& p, const float* out, const bf16* out_rounded,
+                              const char* who) {
+  if (p.T > 0 && out == nullptr && out_rounded == nullptr) {
+    throw InputError(std::string(who) +
+                     ": out is null (give out, or out_rounded for the bf16 "
+                     "rows alone)");
+  }
+}
+
 }  // namespace nanogpt

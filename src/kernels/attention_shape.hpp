@@ -24,5 +24,8 @@ void validate(const AttentionParams& p, const char* who);
 void validate_tensors(const AttentionParams& p, const char* who);
 // And T_kv == T: the backward differentiates a training step, where every position is a query.
 void validate_backward(const AttentionParams& p, const char* who);
+// The forward's outputs: out, out_rounded or both (InputError where T > 0 and neither is given).
+void validate_forward_outputs(const AttentionParams& p, const float* out, const bf16* out_rounded,
+                              const char* who);
 
 }  // namespace nanogpt

@@ -63,4 +63,9 @@ inline float round_to_bf16(float f) {
 // (model/block_ops.hpp, ProductRows). Compiled per ISA (bf16.cpp), the same bits as to_bf16.
 void round_to_bf16(const float* x, int64_t n, bf16* out);
 
+// out[i] = to_float(x[i]) for n values: a row stored in bf16 read back as the fp32 it stands for.
+inline void widen_to_float(const bf16* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = to_float(x[i]);
+}
+
 }  // namespace nanogpt

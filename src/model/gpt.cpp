@@ -235,8 +235,11 @@ void GptT<Real>::size_block(LayerActivations& A, int64_t layer, int64_t T, bool 
     } else {
       resize(A.qkv, T * s.row());
     }
-    resize(A.attn_out, T * s.q_width());
-    if (qkv_stored_rounded(cached)) resize(A.attn_out_rounded, T * s.q_width());
+    if (qkv_stored_rounded(cached)) {
+      resize(A.attn_out_rounded, T * s.q_width());
+    } else {
+      resize(A.attn_out, T * s.q_width());
+    }
     resize(A.lse, s.Hq * T);
   }
 }
@@ -627,9 +630,9 @@ void GptT<Real>::forward(std::span<const int32_t> inputs, int64_t window_blocks,
       if (cached) {
         cached_attention(i, A, window_blocks);
       } else {
-        model_attention_forward(attention_args(i, A, window_blocks, nullptr, 0, T),
-                                A.attn_out.data(), A.lse.data(),
-                                attention_output_rows(A, cached).rounded);
+        const ProductRows<Real> out = attention_output_rows(A, cached);
+        model_attention_forward(attention_args(i, A, window_blocks, nullptr, 0, T), out.values,
+                                A.lse.data(), out.rounded);
       }
       ProductEpilogue<Real> onto_x_mix;
       onto_x_mix.residual = x_mix_.data();
@@ -856,16 +859,18 @@ double GptT<Real>::forward_backward(std::span<const int32_t> inputs,
                           true, attention ? dx_attn.rounded : nullptr);
 
     if (attention) {
-      linear_backward_weight(precision_, "attn.c_proj.dW", T, HD, d, dx_attn,
-                             attention_output_rows(stored, false), g.attn_proj);
+      // Attention's output as stored: fp32, or rounded only (with bf16 products), which both its
+      // projection's weight gradient and the attention backward's Delta then read.
+      const ProductRows<Real> out = attention_output_rows(stored, false);
+      linear_backward_weight(precision_, "attn.c_proj.dW", T, HD, d, dx_attn, out, g.attn_proj);
       // The gradient of attention's output, read only by its backward (attention_gradient).
       const ProductRows<Real> dattn = attention_gradient();
       linear_backward_input(precision_, "attn.c_proj.dX", T, HD, d, dx_attn, w.attn_proj, dattn,
                             {});
       Real* dq = dqkv_.data();
-      model_attention_backward(
-          attention_args(i, A, window_blocks_, nullptr, 0, T), A.attn_out.data(), A.lse.data(),
-          dattn.values, dq, dq + qkv.q_width(), dq + qkv.q_width() + qkv.kv_width(), dattn.rounded);
+      model_attention_backward(attention_args(i, A, window_blocks_, nullptr, 0, T), out.values,
+                               A.lse.data(), dattn.values, dq, dq + qkv.q_width(),
+                               dq + qkv.q_width() + qkv.kv_width(), dattn.rounded, out.rounded);
       // The gradient of qkv_raw, read only by the projection's products (qkv_gradient).
       const ProductRows<Real> draw = qkv_gradient();
       const std::array<double, 2> dla = qk_norm_rotary_v_mix_backward(

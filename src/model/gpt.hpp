@@ -200,9 +200,10 @@ class GptT {
     // backward recomputes its fp32 rows from qkv_raw.
     AlignedVector<bf16> qkv_rounded;
     AlignedVector<Real> attn_out;  // [T, H·D]
-    // Training with bf16 products on float (qkv_stored_rounded), attn_out rounded as well, by
-    // the attention's forward as it writes it: what the output projection's products read (its
-    // forward's A in place, its weight gradient's B). The backward's Delta reads attn_out.
+    // Or, training with bf16 products on float (qkv_stored_rounded), attn_out rounded instead,
+    // by the attention's forward as it finishes each tile: all that reads it, the output
+    // projection's products (its forward's A in place, its weight gradient's B) and the
+    // attention backward's Delta (from the rounded output, as flash attention's does).
     AlignedVector<bf16> attn_out_rounded;
     AlignedVector<Real> lse;        // [H, T]
     AlignedVector<Real> norm2;      // [T, d]

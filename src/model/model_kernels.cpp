@@ -328,7 +328,7 @@ void model_attention_forward(const AttentionArgs<float>& a, float* out, float* l
 
 void model_attention_backward(const AttentionArgs<float>& a, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv,
-                              const bf16* dout_rounded) {
+                              const bf16* dout_rounded, const bf16* out_rounded) {
   // Eight tensors (q, k, v, out, dout in, each in fp32 or bf16 as given; dq, dk, dv out, fp32).
   // The backward's four products plus the recomputed scores (see flop_count.hpp): 10 FLOPs per
   // pair and dimension, 14 where P and dS are recomputed for dQ too.
@@ -338,9 +338,10 @@ void model_attention_backward(const AttentionArgs<float>& a, const float* out, c
   ProfileScope scope(
       "attention_bwd", "attention.bwd", {a.T, a.H, a.D, a.window_blocks},
       attention_pair_flops(p, per_pair),
-      attention_bytes(a, value_bytes(p.q_bf16) + 4.0 + value_bytes(dout_rounded) + 4.0,
-                      value_bytes(p.k_bf16) + value_bytes(p.v_bf16) + 8.0));
-  attention_backward(p, out, lse, dout, dq, dk, dv, dout_rounded);
+      attention_bytes(
+          a, value_bytes(p.q_bf16) + value_bytes(out_rounded) + value_bytes(dout_rounded) + 4.0,
+          value_bytes(p.k_bf16) + value_bytes(p.v_bf16) + 8.0));
+  attention_backward(p, out, lse, dout, dq, dk, dv, dout_rounded, out_rounded);
 }
 
 double model_loss_forward(const LossArgs<float>& a, float* per_token) {

@@ -159,13 +159,16 @@ void model_attention_forward(const AttentionArgs<float>& a, float* out, float* l
                              bf16* out_rounded = nullptr);
 void model_attention_forward(const AttentionArgs<double>& a, double* out, double* lse,
                              bf16* out_rounded = nullptr);
-// dout_rounded (float only, bf16 products): dout stored in bf16 instead (dout null).
+// dout_rounded and out_rounded (float only, bf16 products): dout and out stored in bf16 instead
+// (dout, out null; attention_backward's dout_bf16 and out_bf16).
 void model_attention_backward(const AttentionArgs<float>& a, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv,
-                              const bf16* dout_rounded = nullptr);
+                              const bf16* dout_rounded = nullptr,
+                              const bf16* out_rounded = nullptr);
 void model_attention_backward(const AttentionArgs<double>& a, const double* out, const double* lse,
                               const double* dout, double* dq, double* dk, double* dv,
-                              const bf16* dout_rounded = nullptr);
+                              const bf16* dout_rounded = nullptr,
+                              const bf16* out_rounded = nullptr);
 
 // Σ_t loss_t of the soft-capped head; per_token may be null.
 double model_loss_forward(const LossArgs<float>& a, float* per_token);

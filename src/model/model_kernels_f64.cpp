@@ -177,10 +177,12 @@ void model_attention_forward(const AttentionArgs<double>& a, double* out, double
 
 void model_attention_backward(const AttentionArgs<double>& a, const double*, const double*,
                               const double* dout, double* dq, double* dk, double* dv,
-                              const bf16* dout_rounded) {
+                              const bf16* dout_rounded, const bf16* out_rounded) {
   if (a.T_kv != a.T) throw Error("attention backward: needs T_kv == T (training)");
-  if (dout_rounded != nullptr) {
-    throw Error("model_attention_backward: a bf16 dout (dout_rounded) is for float models");
+  if (dout_rounded != nullptr || out_rounded != nullptr) {
+    throw Error(
+        "model_attention_backward: a bf16 dout or out (dout_rounded, out_rounded) is for float "
+        "models");
   }
   for (int64_t i = 0; i < a.T; ++i) {
     for (int64_t e = 0; e < a.H * a.D; ++e) dq[i * a.ld_q + e] = 0;
