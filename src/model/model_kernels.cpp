@@ -315,14 +315,15 @@ double value_bytes(const void* bf16_copy) {
 
 void model_attention_forward(const AttentionArgs<float>& a, float* out, float* lse,
                              bf16* out_rounded) {
-  // q, out (and its rounded copy); k, v, each in fp32 or bf16 as given. QKᵀ and P·V: 4 FLOPs
-  // per pair and dimension.
+  // q; out, its rounded copy or both, as written; k, v, each in fp32 or bf16 as given. QKᵀ and
+  // P·V: 4 FLOPs per pair and dimension.
   const AttentionParams p = attention_params(a);
-  ProfileScope scope(
-      "attention_fwd", "attention.fwd", {a.T, a.H, a.D, a.window_blocks},
-      attention_pair_flops(p, 4.0),
-      attention_bytes(a, value_bytes(p.q_bf16) + 4.0 + (out_rounded != nullptr ? 2.0 : 0.0),
-                      value_bytes(p.k_bf16) + value_bytes(p.v_bf16)));
+  ProfileScope scope("attention_fwd", "attention.fwd", {a.T, a.H, a.D, a.window_blocks},
+                     attention_pair_flops(p, 4.0),
+                     attention_bytes(a,
+                                     value_bytes(p.q_bf16) + (out != nullptr ? 4.0 : 0.0) +
+                                         (out_rounded != nullptr ? 2.0 : 0.0),
+                                     value_bytes(p.k_bf16) + value_bytes(p.v_bf16)));
   attention_forward(p, out, lse, out_rounded);
 }
 
