@@ -2,7 +2,10 @@
 // with a tiny model: its table, its verdict on the loss bits, and its errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "support/fixtures.hpp"
 
@@ -37,6 +40,34 @@ TEST(AbProfile, AlternatesPairsAndTablesEachOpsMedians) {
   // Asked for by name, whatever its rank by time.
   EXPECT_NE(r.out.find("\nembed.norm "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("/2\n"), std::string::npos) << r.out;
+}
+
+TEST(AbProfile, MarkdownTableHasOneRowPerOpInFiveColumns) {
+  const std::string binary = NANOGPT_BINARY;
+  const CommandResult r = ab_profile("--a " + binary + " --b " + binary +
+                                     " --pairs 1 --top 2 --ops embed.norm --markdown" + kTinyTrain);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> table;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] == '|') table.push_back(line);
+  }
+  // The header, the rule, tokens/s, the top 2 ops and the one asked for by name.
+  ASSERT_EQ(table.size(), 6u) << r.out;
+  EXPECT_EQ(table[0], "| op (self ms per run) | A | B | B/A | B better in |");
+  EXPECT_EQ(table[1], "|---|---|---|---|---|");
+  EXPECT_EQ(table[2].rfind("| tokens/s | ", 0), 0u) << table[2];
+  EXPECT_EQ(table[5].rfind("| `embed.norm` | ", 0), 0u) << table[5];
+  for (const std::string& row : table) {
+    EXPECT_EQ(std::count(row.begin(), row.end(), '|'), 6) << row;
+    EXPECT_EQ(row.back(), '|') << row;
+  }
+  // Each op's row ends in how many of the one pair B won: 0/1 or 1/1.
+  for (size_t i = 2; i < table.size(); ++i) {
+    EXPECT_TRUE(table[i].ends_with(" 0/1 |") || table[i].ends_with(" 1/1 |")) << table[i];
+  }
+  // Markdown instead of the aligned plain table, not beside it.
+  EXPECT_EQ(r.out.find("op (self ms per run)  "), std::string::npos) << r.out;
 }
 
 TEST(AbProfile, RefusesWhatItCannotRun) {
