@@ -1,11 +1,18 @@
 // Time of the tiled attention, forward and backward, on the model's shapes, fp32 and bf16.
 //
-//   attention_bench [--preset cpu|speedrun|cached|all] [--precision fp32|bf16|both]
+//   attention_bench [--preset cpu|speedrun|step|cached|all] [--precision fp32|bf16|both]
 //                   [--warmup 1] [--repeats 5] [--threads N] [--packed-budget BYTES]
 //                   [--kv-heads N] [--stored-gradient-budget BYTES]
 //
 // cpu: T = 512, H = 2, D = 128, one document, a window of 4 blocks of 128 (the whole sequence).
 // speedrun: T = 1024, H = 6, D = 128, one document, a window of 8 blocks (the whole sequence).
+// step: the calls a training step of the cpu model makes at 8 sequences of 1,024 tokens
+// (train_vs_pytorch.py's shape): T = 8192 in 8 documents of 1,024, H = 2, D = 128, the long
+// window (8 blocks, "step") and the short one (4, "step_short"). Its operands are given as
+// training stores them: in bf16, q, k, v and dO in bf16 only, and the forward writes only the
+// rounded output, which the backward reads (attention.hpp); in fp32, as fp32. The other
+// presets give fp32 operands in both precisions (the packers round them in bf16), as they did
+// before training stored its operands in bf16; each line says which ("inputs").
 // cached: the forward alone of a few queries over a K/V cache, the calls an evaluation makes
 // (cpu preset's heads; a fortunes-choice ending is ~10 tokens after a ~10-token context, a
 // prompt ~20): T = 1, 10 and 20 new queries after T_kv − T cached positions, reported in
@@ -40,6 +47,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/attention_internal.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/gemm/microkernel.hpp"
 #include "runtime/cpu_info.hpp"
 #include "runtime/thread_pool.hpp"
@@ -59,7 +67,7 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "attention_bench: " << problem << "\n"
-            << "usage: attention_bench [--preset cpu|speedrun|cached|all] "
+            << "usage: attention_bench [--preset cpu|speedrun|step|cached|all] "
                "[--precision fp32|bf16|both] "
                "[--warmup N] [--repeats N] [--threads N] [--packed-budget BYTES] [--kv-heads N] "
                "[--stored-gradient-budget BYTES]\n";
@@ -84,8 +92,8 @@ Options parse(int argc, char** argv) {
     const char* v = argv[++i];
     if (a == "--preset") {
       o.preset = v;
-      if (o.preset != "cpu" && o.preset != "speedrun" && o.preset != "cached" &&
-          o.preset != "all") {
+      if (o.preset != "cpu" && o.preset != "speedrun" && o.preset != "step" &&
+          o.preset != "cached" && o.preset != "all") {
         usage("bad --preset");
       }
     } else if (a == "--precision") {
@@ -121,6 +129,8 @@ double cpu_ms() {
 struct Shape {
   const char* name;
   int64_t T, H, D, W;
+  int64_t doc_len;       // tokens per document (T: one document)
+  bool stored_as_model;  // operands given as training stores them (the step preset)
 };
 
 // Visible (query, key) pairs of one head, from the mask's definition.
@@ -158,15 +168,33 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
     for (int64_t c = 0; c < ld; ++c) qkv[t * ld + c] = c < (H + H_kv) * D ? qk(rng) : u(rng);
   }
   for (float& x : dout) x = u(rng);
-  std::vector<int32_t> doc(static_cast<size_t>(T), 0);
+  std::vector<int32_t> doc(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) doc[static_cast<size_t>(t)] = static_cast<int32_t>(t / s.doc_len);
+  const bool bf16 = precision == Precision::kBf16;
+  // Stored in bf16 only, as training with bf16 products keeps them.
+  const bool bf16_inputs = s.stored_as_model && bf16;
+  std::vector<nanogpt::bf16> qkv_bf16, dout_bf16, out_bf16;
+  if (bf16_inputs) {
+    qkv_bf16.resize(qkv.size());
+    dout_bf16.resize(dout.size());
+    out_bf16.resize(dout.size());
+    nanogpt::round_to_bf16(qkv.data(), static_cast<int64_t>(qkv.size()), qkv_bf16.data());
+    nanogpt::round_to_bf16(dout.data(), static_cast<int64_t>(dout.size()), dout_bf16.data());
+  }
   AttentionParams p;
   p.T = T;
   p.H = H;
   p.H_kv = H_kv;
   p.D = D;
-  p.q = qkv.data();
-  p.k = qkv.data() + H * D;
-  p.v = qkv.data() + (H + H_kv) * D;
+  if (bf16_inputs) {
+    p.q_bf16 = qkv_bf16.data();
+    p.k_bf16 = qkv_bf16.data() + H * D;
+    p.v_bf16 = qkv_bf16.data() + (H + H_kv) * D;
+  } else {
+    p.q = qkv.data();
+    p.k = qkv.data() + H * D;
+    p.v = qkv.data() + (H + H_kv) * D;
+  }
   p.ld = ld;
   p.doc = doc.data();
   p.window_blocks = s.W;
@@ -182,11 +210,21 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
   for (int rep = 0; rep < o.warmup + o.repeats; ++rep) {
     const double c0 = cpu_ms();
     const auto t0 = Clock::now();
-    nanogpt::attention_forward(p, out.data(), lse.data());
+    if (bf16_inputs) {
+      nanogpt::attention_forward(p, nullptr, lse.data(), out_bf16.data());
+    } else {
+      nanogpt::attention_forward(p, out.data(), lse.data());
+    }
     const auto t1 = Clock::now();
     const double c1 = cpu_ms();
-    nanogpt::attention_backward(p, out.data(), lse.data(), dout.data(), grads.data(),
-                                grads.data() + H * D, grads.data() + (H + H_kv) * D);
+    if (bf16_inputs) {
+      nanogpt::attention_backward(p, nullptr, lse.data(), nullptr, grads.data(),
+                                  grads.data() + H * D, grads.data() + (H + H_kv) * D,
+                                  dout_bf16.data(), out_bf16.data());
+    } else {
+      nanogpt::attention_backward(p, out.data(), lse.data(), dout.data(), grads.data(),
+                                  grads.data() + H * D, grads.data() + (H + H_kv) * D);
+    }
     const auto t2 = Clock::now();
     const double c2 = cpu_ms();
     if (rep < o.warmup) continue;
@@ -201,7 +239,6 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
   const double pair_dims = visible_pairs(p) * static_cast<double>(H * D);
   const Stats f = stats(fwd), b = stats(bwd), fb = stats(both);
   auto gflops = [](double flops, double ms) { return flops / (ms * 1e6); };
-  const bool bf16 = precision == Precision::kBf16;
   return {
       {"bench", "attention"},
       {"preset", s.name},
@@ -210,7 +247,9 @@ nlohmann::json run(const Shape& s, Precision precision, const Options& o) {
       {"H_kv", H_kv},
       {"D", D},
       {"window_blocks", s.W},
+      {"documents", T / s.doc_len},
       {"precision", bf16 ? "bf16" : "fp32"},
+      {"inputs", bf16_inputs ? "bf16" : "fp32"},
       {"kernel", bf16 ? nanogpt::active_bf16_microkernel().isa : nanogpt::active_microkernel().isa},
       {"threads", nanogpt::ThreadPool::current().size()},
       {"repeats", o.repeats},
@@ -297,8 +336,14 @@ nlohmann::json run_cached(int64_t T, int64_t T_kv, Precision precision, const Op
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   std::vector<Shape> shapes;
-  if (o.preset == "cpu" || o.preset == "all") shapes.push_back({"cpu", 512, 2, 128, 4});
-  if (o.preset == "speedrun" || o.preset == "all") shapes.push_back({"speedrun", 1024, 6, 128, 8});
+  if (o.preset == "cpu" || o.preset == "all") shapes.push_back({"cpu", 512, 2, 128, 4, 512, false});
+  if (o.preset == "speedrun" || o.preset == "all") {
+    shapes.push_back({"speedrun", 1024, 6, 128, 8, 1024, false});
+  }
+  if (o.preset == "step" || o.preset == "all") {
+    shapes.push_back({"step", 8192, 2, 128, 8, 1024, true});
+    shapes.push_back({"step_short", 8192, 2, 128, 4, 1024, true});
+  }
   std::vector<Precision> precisions;
   if (o.precision != "bf16") precisions.push_back(Precision::kFp32);
   if (o.precision != "fp32") precisions.push_back(Precision::kBf16);
