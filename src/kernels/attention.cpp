@@ -2,7 +2,6 @@
 // share of tiles they visit.
 #include "kernels/attention.hpp"
 
-#include <algorithm>
 #include <vector>
 
 #include "kernels/attention_internal.hpp"
@@ -27,14 +26,7 @@ void attention_forward(const AttentionParams& p, float* out, float* lse, bf16* o
   // One query (decoding a token): packing the cache for a one-row tile product costs more than
   // the arithmetic (attention_decode.cpp).
   if (p.T == 1 && p.q != nullptr) {
-    if (out == nullptr && out_rounded != nullptr) {
-      std::vector<float> row(static_cast<size_t>(std::max<int64_t>(p.H * p.D, 0)));
-      attention_forward_one_query(p, row.data(), lse);
-      round_to_bf16(row.data(), p.H * p.D, out_rounded);
-      return;
-    }
-    attention_forward_one_query(p, out, lse);
-    if (out_rounded != nullptr) round_to_bf16(out, p.H * p.D, out_rounded);
+    attention_forward_one_query(p, out, lse, out_rounded);
     return;
   }
   attention_forward_with(kernel_for(p.precision), p, out, lse, out_rounded);

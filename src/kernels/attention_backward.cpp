@@ -130,10 +130,11 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
   const int64_t acc_bytes = rows * dn * int64_t{sizeof(float)};
   const TileScratch scratch(
       {g.bytes(Block::kRowsByTile), tile_bytes, tile_bytes, acc_bytes, acc_bytes}, pool.size());
-  // Per worker: a row of dO rounded to bf16 (or widened from dout_bf16) and one of O widened
-  // from out_bf16, for Delta.
-  std::vector<std::vector<float>> rounded_dout(static_cast<size_t>(pool.size()),
-                                               std::vector<float>(static_cast<size_t>(2 * D)));
+  // Per worker: a row of dO rounded to bf16 (or widened from dout_bf16) and, given out_bf16,
+  // one of O widened from it, for Delta.
+  const int64_t delta_row_floats = out_bf16 != nullptr ? 2 * D : D;
+  std::vector<std::vector<float>> rounded_dout(
+      static_cast<size_t>(pool.size()), std::vector<float>(static_cast<size_t>(delta_row_floats)));
   const int64_t q_head_bytes = nt * (2 * g.bytes(Block::kRowsByD) + 2 * g.bytes(Block::kDByTile));
   const int64_t kv_head_bytes =
       per_group * q_head_bytes + nt * (2 * g.bytes(Block::kTileByD) + g.bytes(Block::kDByTile));

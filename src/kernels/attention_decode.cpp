@@ -75,7 +75,8 @@ NANOGPT_TARGET_CLONES void scale_add_bf16(float* o, float alpha, float p, const 
 
 }  // namespace
 
-void attention_forward_one_query(const AttentionParams& p, float* out, float* lse) {
+void attention_forward_one_query(const AttentionParams& p, float* out, float* lse,
+                                 bf16* out_rounded) {
   validate_tensors(p, "attention_forward");
   const Shape sh = shape_of(p);
   if (sh.T != 1) {
@@ -122,9 +123,10 @@ void attention_forward_one_query(const AttentionParams& p, float* out, float* ls
       l = l * alpha + sum;
       m = m_new;
     }
-    float* dst = out + h * D;
     const float inv = 1.0f / l;
-    for (int64_t e = 0; e < D; ++e) dst[e] = o[e] * inv;
+    for (int64_t e = 0; e < D; ++e) o[e] *= inv;
+    if (out != nullptr) std::copy(o, o + D, out + h * D);
+    if (out_rounded != nullptr) round_to_bf16(o, D, out_rounded + h * D);
     lse[h] = m + std::log(l);
   }
 }

@@ -21,8 +21,10 @@ void attention_backward_with(const MicroKernel& kernel, const AttentionParams& p
 
 // The forward of exactly one query (T = 1: decoding a token over a cache) without the tile
 // products: attention_decode.cpp. attention_forward takes it for every single query; within fp32
-// rounding of attention_forward_with on any kernel.
-void attention_forward_one_query(const AttentionParams& p, float* out, float* lse);
+// rounding of attention_forward_with on any kernel. Writes out, out_rounded (its rows rounded
+// to bf16) or both, as attention_forward does.
+void attention_forward_one_query(const AttentionParams& p, float* out, float* lse,
+                                 bf16* out_rounded = nullptr);
 
 // Bytes of packed operands one group of heads may take (2 MiB unless set); returns the previous
 // value. Heads are packed and processed group by group; a budget below one head's operands
